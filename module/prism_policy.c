@@ -1,0 +1,250 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * prism scheduling policy; see prism_policy.h for the split between policy
+ * and mechanism. Builds in the kernel module and in userspace tests.
+ */
+#include "prism_policy.h"
+
+void prism_tunables_init(struct prism_tunables *t, unsigned int hz)
+{
+	/* The deadline knobs keep mq-deadline's defaults and meaning. */
+	t->fifo_expire[PRISM_READ] = hz / 2;
+	t->fifo_expire[PRISM_WRITE] = 5 * hz;
+	t->prio_aging_expire = 10 * hz;
+	t->writes_starved = 2;
+	t->fifo_batch = 16;
+	/* Seed 000's mapping: BE 0-2 HIGH, 3-5 NORMAL, 6-7 LOW. */
+	t->be_high_max = 2;
+	t->be_low_min = 6;
+	/*
+	 * Keep a quarter of the scheduler tags out of NORMAL's reach and half
+	 * out of LOW's, so that a bulk job cannot hold every tag while a
+	 * higher tier waits in tag allocation, invisible to the scheduler.
+	 */
+	t->normal_depth = 75;
+	t->low_depth = 50;
+	/* 64 sectors = 32 KiB: readahead windows and small skips still count. */
+	t->seq_gap = 64;
+}
+
+bool prism_tunables_valid(const struct prism_tunables *t)
+{
+	/* The two BE cut-offs may not cross: a level is in exactly one tier. */
+	return t->be_high_max >= -1 && t->be_high_max < t->be_low_min &&
+	       t->be_low_min <= 8;
+}
+
+enum prism_tier prism_classify(unsigned int ioprio_class, unsigned int level,
+			       const struct prism_tunables *t)
+{
+	switch (ioprio_class) {
+	case PRISM_CLASS_RT:
+		return PRISM_HIGH;
+	case PRISM_CLASS_IDLE:
+		return PRISM_LOW;
+	case PRISM_CLASS_BE:
+		if ((int)level <= t->be_high_max)
+			return PRISM_HIGH;
+		if ((int)level >= t->be_low_min)
+			return PRISM_LOW;
+		return PRISM_NORMAL;
+	case PRISM_CLASS_NONE:
+	default:
+		return PRISM_NORMAL;
+	}
+}
+
+void prism_batch_reset(struct prism_batch *b)
+{
+	b->tier = -1;
+	b->dir = PRISM_READ;
+	b->count = 0;
+	b->starved = 0;
+}
+
+static bool tier_queued(const struct prism_tier_view *v)
+{
+	return v->dir[PRISM_READ].queued || v->dir[PRISM_WRITE].queued;
+}
+
+/*
+ * Aging: the oldest FIFO head of a tier below @first that has waited
+ * prio_aging_expire or longer. Served ahead of @first so no tier starves.
+ */
+static bool pick_aged(const struct prism_tier_view view[PRISM_NR_TIERS],
+		      int first, const struct prism_tunables *t,
+		      unsigned long now, struct prism_choice *c)
+{
+	unsigned long oldest = 0;
+	bool found = false;
+	int tier, dir;
+
+	if (!t->prio_aging_expire)
+		return false;
+
+	for (tier = first + 1; tier < PRISM_NR_TIERS; tier++) {
+		for (dir = 0; dir < PRISM_NR_DIRS; dir++) {
+			const struct prism_fifo_view *f = &view[tier].dir[dir];
+
+			if (!f->queued ||
+			    !prism_time_after_eq(now, f->oldest +
+						 t->prio_aging_expire))
+				continue;
+			if (found && prism_time_after_eq(f->oldest, oldest))
+				continue;
+			found = true;
+			oldest = f->oldest;
+			c->tier = tier;
+			c->dir = dir;
+		}
+	}
+	if (found) {
+		c->take = PRISM_TAKE_FIFO;
+		c->aged = true;
+		c->expired = true;
+	}
+	return found;
+}
+
+/*
+ * Choose the tier, direction and request to dispatch next. Returns false
+ * when every tier is empty. Order: aged lower-tier requests, then the
+ * highest non-empty tier; inside a tier, mq-deadline's rules: continue the
+ * current batch in sort order up to fifo_batch, otherwise start a new one,
+ * preferring reads unless writes have been passed over writes_starved
+ * times, and starting from the FIFO head when it has expired.
+ */
+bool prism_choose(const struct prism_tier_view view[PRISM_NR_TIERS],
+		  struct prism_batch *b, const struct prism_tunables *t,
+		  unsigned long now, struct prism_choice *c)
+{
+	const struct prism_tier_view *v;
+	int tier, dir;
+	bool reads, writes;
+
+	for (tier = 0; tier < PRISM_NR_TIERS; tier++)
+		if (tier_queued(&view[tier]))
+			break;
+	if (tier == PRISM_NR_TIERS)
+		return false;
+
+	c->aged = false;
+	c->expired = false;
+
+	if (pick_aged(view, tier, t, now, c)) {
+		/* One request out of turn; then arbitrate afresh. */
+		b->tier = -1;
+		b->count = 0;
+		return true;
+	}
+
+	v = &view[tier];
+	c->tier = tier;
+
+	if (b->tier == tier && b->count < t->fifo_batch &&
+	    v->dir[b->dir].queued) {
+		c->dir = b->dir;
+		c->take = PRISM_TAKE_NEXT;
+		b->count++;
+		return true;
+	}
+
+	reads = v->dir[PRISM_READ].queued;
+	writes = v->dir[PRISM_WRITE].queued;
+	if (reads && !(writes && b->starved++ >= t->writes_starved)) {
+		dir = PRISM_READ;
+	} else {
+		dir = PRISM_WRITE;
+		b->starved = 0;
+	}
+
+	c->dir = dir;
+	c->expired = prism_time_after_eq(now, v->dir[dir].oldest +
+					 t->fifo_expire[dir]);
+	c->take = c->expired ? PRISM_TAKE_FIFO : PRISM_TAKE_NEXT;
+	b->tier = tier;
+	b->dir = dir;
+	b->count = 1;
+	return true;
+}
+
+/*
+ * After a dispatch in sector order: a request from a random stream ends
+ * the batch, since the next request in sort order is a seek anyway and
+ * the FIFO deadlines should be looked at again; a sequential stream keeps
+ * its batch so that a disk can stream it.
+ */
+void prism_note_dispatch(struct prism_batch *b, const struct prism_tunables *t,
+			 bool sorted, bool sequential)
+{
+	if (sorted && !sequential && b->count < t->fifo_batch)
+		b->count = t->fifo_batch;
+}
+
+u32 prism_stream_slot(u32 id)
+{
+	/* Fibonacci hashing, as the kernel's hash_32(). */
+	return (u32)(id * 0x61C88647U) >> (32 - PRISM_STREAM_BITS);
+}
+
+/*
+ * Feed one request of stream @id into its slot @s; returns whether the
+ * stream now counts as sequential. A slot taken by another stream is
+ * reset: the table is a small direct-mapped cache, not a registry.
+ */
+bool prism_stream_update(struct prism_stream *s, u32 id, u64 pos, u32 sectors,
+			 u32 seq_gap)
+{
+	u64 gap;
+
+	if (s->id != id) {
+		s->id = id;
+		s->score = 0;
+		s->last_end = pos + sectors;
+		return false;
+	}
+
+	gap = pos >= s->last_end ? pos - s->last_end : s->last_end - pos;
+	if (gap <= seq_gap) {
+		if (s->score < PRISM_SEQ_SCORE_MAX)
+			s->score++;
+	} else {
+		/* Fall faster than rising: one seek costs more than a hit. */
+		s->score = s->score >= 2 ? s->score - 2 : 0;
+	}
+	s->last_end = pos + sectors;
+	return s->score >= PRISM_SEQ_THRESHOLD;
+}
+
+/* Scheduler tags a tier may hold at once; never zero, so no tier hangs. */
+u32 prism_tier_depth(enum prism_tier tier, u32 nr_requests,
+		     const struct prism_tunables *t)
+{
+	u32 pct, depth;
+
+	switch (tier) {
+	case PRISM_HIGH:
+		return nr_requests;
+	case PRISM_NORMAL:
+		pct = t->normal_depth;
+		break;
+	default:
+		pct = t->low_depth;
+		break;
+	}
+	depth = (u32)(((u64)nr_requests * pct) / 100);
+	return depth ? depth : 1;
+}
+
+bool prism_sorted(enum prism_sort_mode mode, bool rotational)
+{
+	switch (mode) {
+	case PRISM_SORT_SECTOR:
+		return true;
+	case PRISM_SORT_FIFO:
+		return false;
+	case PRISM_SORT_AUTO:
+	default:
+		return rotational;
+	}
+}

@@ -1,0 +1,147 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * prism scheduling policy: which tier and which request go next, when a
+ * tier has waited too long, whether a stream is sequential, how much tag
+ * depth a tier may take.
+ *
+ * Nothing here touches a request, a list or a lock: the mechanism in
+ * prism-iosched.c describes its queues to the policy in plain numbers and
+ * carries out the decision. That keeps this file compilable in userspace,
+ * where tests/policy/ exercises it quickly and deterministically.
+ *
+ * Times are in jiffies (an unsigned long that wraps), compared with the
+ * wrap-safe helpers below.
+ */
+#ifndef _PRISM_POLICY_H
+#define _PRISM_POLICY_H
+
+#ifdef __KERNEL__
+#include <linux/types.h>
+#else
+#include <stdbool.h>
+#include <stdint.h>
+typedef uint8_t u8;
+typedef uint32_t u32;
+typedef uint64_t u64;
+#endif
+
+enum prism_tier {
+	PRISM_HIGH = 0,
+	PRISM_NORMAL = 1,
+	PRISM_LOW = 2,
+	PRISM_NR_TIERS = 3,
+};
+
+enum prism_dir {
+	PRISM_READ = 0,
+	PRISM_WRITE = 1,
+	PRISM_NR_DIRS = 2,
+};
+
+/* I/O priority classes, numbered as in include/uapi/linux/ioprio.h. */
+enum prism_ioprio_class {
+	PRISM_CLASS_NONE = 0,
+	PRISM_CLASS_RT = 1,
+	PRISM_CLASS_BE = 2,
+	PRISM_CLASS_IDLE = 3,
+};
+
+/* sort_mode tunable: where the dispatch order comes from. */
+enum prism_sort_mode {
+	PRISM_SORT_AUTO = 0,	/* from the queue's rotational flag */
+	PRISM_SORT_SECTOR = 1,	/* C-LOOK sector order, as for a disk */
+	PRISM_SORT_FIFO = 2,	/* arrival order, as for flash */
+};
+
+/* The tunables the policy reads; times in jiffies, depths in percent. */
+struct prism_tunables {
+	unsigned long fifo_expire[PRISM_NR_DIRS];
+	unsigned long prio_aging_expire;	/* 0: no aging */
+	u32 writes_starved;
+	u32 fifo_batch;
+	int be_high_max;	/* BE levels 0..be_high_max are HIGH (-1: none) */
+	int be_low_min;		/* BE levels be_low_min..7 are LOW (8: none) */
+	u32 normal_depth;	/* % of scheduler tags NORMAL may hold */
+	u32 low_depth;		/* % of scheduler tags LOW may hold */
+	u32 seq_gap;		/* sectors a stream may skip and stay sequential */
+};
+
+/* What one FIFO of one tier holds, as the mechanism reports it. */
+struct prism_fifo_view {
+	u32 queued;
+	unsigned long oldest;	/* arrival time of the FIFO head, if queued */
+};
+
+struct prism_tier_view {
+	struct prism_fifo_view dir[PRISM_NR_DIRS];
+};
+
+/*
+ * Batch state, owned by the policy and kept by the mechanism between
+ * dispatches. A batch is a run of requests from one tier and direction
+ * taken in sort order without re-checking FIFO deadlines.
+ */
+struct prism_batch {
+	int tier;		/* -1 when no batch is open */
+	int dir;
+	u32 count;		/* requests dispatched in this batch */
+	u32 starved;		/* read batches chosen while writes waited */
+};
+
+enum prism_take {
+	PRISM_TAKE_NEXT = 0,	/* next in sort order from the head position */
+	PRISM_TAKE_FIFO = 1,	/* oldest request of the FIFO */
+};
+
+struct prism_choice {
+	int tier;
+	int dir;
+	enum prism_take take;
+	bool aged;		/* a lower tier served ahead of a busier higher one */
+	bool expired;		/* the FIFO head had passed its deadline */
+};
+
+/* Per-stream sequential detector; a stream is one submitting process. */
+#define PRISM_STREAM_BITS	6
+#define PRISM_NR_STREAMS	(1U << PRISM_STREAM_BITS)
+#define PRISM_SEQ_SCORE_MAX	8
+#define PRISM_SEQ_THRESHOLD	4
+
+struct prism_stream {
+	u32 id;			/* 0: slot unused */
+	u64 last_end;		/* sector just past the stream's last request */
+	u32 score;		/* 0..PRISM_SEQ_SCORE_MAX; sequential from threshold */
+};
+
+static inline bool prism_time_after_eq(unsigned long a, unsigned long b)
+{
+	return (long)(a - b) >= 0;
+}
+
+void prism_tunables_init(struct prism_tunables *t, unsigned int hz);
+
+enum prism_tier prism_classify(unsigned int ioprio_class, unsigned int level,
+			       const struct prism_tunables *t);
+
+bool prism_tunables_valid(const struct prism_tunables *t);
+
+void prism_batch_reset(struct prism_batch *b);
+
+bool prism_choose(const struct prism_tier_view view[PRISM_NR_TIERS],
+		  struct prism_batch *b, const struct prism_tunables *t,
+		  unsigned long now, struct prism_choice *c);
+
+void prism_note_dispatch(struct prism_batch *b, const struct prism_tunables *t,
+			 bool sorted, bool sequential);
+
+u32 prism_stream_slot(u32 id);
+
+bool prism_stream_update(struct prism_stream *s, u32 id, u64 pos, u32 sectors,
+			 u32 seq_gap);
+
+u32 prism_tier_depth(enum prism_tier tier, u32 nr_requests,
+		     const struct prism_tunables *t);
+
+bool prism_sorted(enum prism_sort_mode mode, bool rotational);
+
+#endif /* _PRISM_POLICY_H */

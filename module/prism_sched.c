@@ -1,0 +1,876 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * prism: a priority-aware blk-mq I/O scheduler.
+ *
+ * Requests are sorted into three tiers by I/O priority (HIGH, NORMAL, LOW);
+ * the highest non-empty tier is served first, and a request of a lower
+ * tier that has waited prio_aging_expire is served ahead of it. Inside a
+ * tier prism behaves like mq-deadline: per-direction FIFOs with deadlines,
+ * batches in sector order (C-LOOK on rotational media, arrival order on
+ * flash), reads preferred over writes up to writes_starved. Scheduler tag
+ * depth is held in reserve for higher tiers in limit_depth().
+ *
+ * This file is the mechanism: lists, trees, locking and the request
+ * lifecycle. Every decision is taken by prism_policy.c.
+ *
+ * Locking: one spinlock per queue, prism_data.lock, guards every list,
+ * tree, counter and the batch and stream state. It is taken in
+ * insert_requests(), dispatch_request(), bio_merge() (the core calls the
+ * merge hooks with it held), the sysfs stores and the debugfs shows. It
+ * is never taken with interrupts disabled and never nests with another
+ * lock of prism's. Readers outside it (has_work, limit_depth,
+ * finish_request) only look at list heads, tunables (READ_ONCE) and
+ * atomic counters.
+ */
+#include <linux/kernel.h>
+#include <linux/blkdev.h>
+#include <linux/blk-mq.h>
+#include <linux/bio.h>
+#include <linux/ioprio.h>
+#include <linux/module.h>
+#include <linux/slab.h>
+#include <linux/rbtree.h>
+#include <linux/sbitmap.h>
+#include <linux/sched.h>
+#include <linux/seq_file.h>
+#include <trace/events/block.h>
+
+#include "elevator.h"
+#include "blk.h"
+#include "blk-mq.h"
+#include "blk-mq-debugfs.h"
+#include "blk-mq-sched.h"
+
+#include "prism_compat.h"
+#include "prism_policy.h"
+
+/*
+ * Per-request state in rq->elv.priv[0]: flags and the tier, set when the
+ * request first enters prism. priv[1] holds the submitting thread's pid,
+ * recorded in prepare_request() where current is the submitter.
+ */
+#define PRISM_RQ_SEEN		BIT(0)	/* counted as inserted once */
+#define PRISM_RQ_QUEUED		BIT(1)	/* on a FIFO or the dispatch list */
+#define PRISM_RQ_AT_HEAD	BIT(2)	/* on the dispatch list */
+#define PRISM_RQ_SEQ		BIT(3)	/* its stream looked sequential */
+#define PRISM_RQ_TIER_SHIFT	4
+#define PRISM_RQ_TIER_MASK	(3UL << PRISM_RQ_TIER_SHIFT)
+
+static const char *const prism_tier_name[PRISM_NR_TIERS] = {
+	"high", "normal", "low",
+};
+
+static const char *const prism_dir_name[PRISM_NR_DIRS] = { "read", "write" };
+
+struct prism_tier_queue {
+	struct list_head fifo[PRISM_NR_DIRS];	/* arrival order */
+	struct rb_root sort[PRISM_NR_DIRS];	/* sector order, if sorted */
+	u32 queued[PRISM_NR_DIRS];		/* on fifo[] */
+	u32 queued_head;			/* on prism_data.dispatch */
+
+	/* Statistics, under prism_data.lock except completed. */
+	u64 inserted;
+	u64 requeued;
+	u64 dispatched;
+	u64 merged;
+	u64 aged;
+	u64 expired;
+	atomic64_t completed;
+};
+
+struct prism_data {
+	spinlock_t lock;
+	struct list_head dispatch;	/* at-head inserts and requeues */
+	struct prism_tier_queue tier[PRISM_NR_TIERS];
+	struct prism_batch batch;
+	sector_t head_pos;		/* end of the last dispatched request */
+	bool sorted;			/* sort trees in use (C-LOOK dispatch) */
+	struct prism_stream streams[PRISM_NR_STREAMS];
+
+	/* Tunables: written under lock, read locklessly by limit_depth. */
+	struct prism_tunables tun;
+	int front_merges;
+	int sort_mode;
+};
+
+static inline unsigned long prism_rq_state(struct request *rq)
+{
+	return (unsigned long)rq->elv.priv[0];
+}
+
+static inline void prism_rq_set_state(struct request *rq, unsigned long st)
+{
+	rq->elv.priv[0] = (void *)st;
+}
+
+static inline enum prism_tier prism_rq_tier(struct request *rq)
+{
+	return (prism_rq_state(rq) & PRISM_RQ_TIER_MASK) >> PRISM_RQ_TIER_SHIFT;
+}
+
+static inline enum prism_dir prism_rq_dir(struct request *rq)
+{
+	return rq_data_dir(rq) == WRITE ? PRISM_WRITE : PRISM_READ;
+}
+
+static enum prism_tier prism_tier_of(const struct prism_tunables *t,
+				     unsigned short ioprio)
+{
+	return prism_classify(IOPRIO_PRIO_CLASS(ioprio),
+			      IOPRIO_PRIO_LEVEL(ioprio), t);
+}
+
+/* First request at or after @pos in sector order, NULL if none. */
+static struct request *prism_sorted_from(struct rb_root *root, sector_t pos)
+{
+	struct rb_node *node = root->rb_node;
+	struct request *res = NULL;
+
+	while (node) {
+		struct request *rq = rb_entry_rq(node);
+
+		if (blk_rq_pos(rq) >= pos) {
+			res = rq;
+			node = node->rb_left;
+		} else {
+			node = node->rb_right;
+		}
+	}
+	return res;
+}
+
+/*
+ * Take @rq out of every structure at once: FIFO or dispatch list, sort
+ * tree, merge hash and the queue's last_merge hint. Safe on a request
+ * that was never queued (a merge victim fresh from insert).
+ */
+static void prism_remove_request(struct prism_data *pd,
+				 struct request_queue *q, struct request *rq)
+{
+	unsigned long st = prism_rq_state(rq);
+	struct prism_tier_queue *tq = &pd->tier[prism_rq_tier(rq)];
+	enum prism_dir dir = prism_rq_dir(rq);
+
+	lockdep_assert_held(&pd->lock);
+
+	list_del_init(&rq->queuelist);
+	if (!RB_EMPTY_NODE(&rq->rb_node))
+		elv_rb_del(&tq->sort[dir], rq);
+	elv_rqhash_del(q, rq);
+	if (q->last_merge == rq)
+		q->last_merge = NULL;
+
+	if (st & PRISM_RQ_QUEUED) {
+		if (st & PRISM_RQ_AT_HEAD)
+			tq->queued_head--;
+		else
+			tq->queued[dir]--;
+	}
+	prism_rq_set_state(rq, st & ~(PRISM_RQ_QUEUED | PRISM_RQ_AT_HEAD));
+}
+
+/*
+ * Re-read the dispatch order from sort_mode and the queue's rotational
+ * flag, which a driver or the user may change at any time. When sorting
+ * is switched on, queued requests enter the trees so that none is missed.
+ */
+static void prism_update_order(struct prism_data *pd, struct request_queue *q)
+{
+	bool sorted = prism_sorted(READ_ONCE(pd->sort_mode),
+				   !blk_queue_nonrot(q));
+	struct request *rq;
+	int t, d;
+
+	lockdep_assert_held(&pd->lock);
+
+	if (sorted == pd->sorted)
+		return;
+	pd->sorted = sorted;
+	if (!sorted)
+		return;	/* stale tree entries leave as they are dispatched */
+	for (t = 0; t < PRISM_NR_TIERS; t++)
+		for (d = 0; d < PRISM_NR_DIRS; d++)
+			list_for_each_entry(rq, &pd->tier[t].fifo[d], queuelist)
+				if (RB_EMPTY_NODE(&rq->rb_node))
+					elv_rb_add(&pd->tier[t].sort[d], rq);
+}
+
+static void prism_insert_request(struct prism_data *pd, struct request_queue *q,
+				 struct request *rq, bool at_head,
+				 struct list_head *free)
+{
+	unsigned long st = prism_rq_state(rq);
+	enum prism_dir dir = prism_rq_dir(rq);
+	struct prism_tier_queue *tq;
+	enum prism_tier tier;
+
+	lockdep_assert_held(&pd->lock);
+
+	if (st & PRISM_RQ_SEEN) {
+		/* A requeue: it keeps the tier it was given. */
+		tier = prism_rq_tier(rq);
+		pd->tier[tier].requeued++;
+	} else {
+		u32 id = (u32)(unsigned long)rq->elv.priv[1];
+		struct prism_stream *s = &pd->streams[prism_stream_slot(id)];
+
+		tier = prism_tier_of(&pd->tun, req_get_ioprio(rq));
+		st = PRISM_RQ_SEEN | ((unsigned long)tier << PRISM_RQ_TIER_SHIFT);
+		if (prism_stream_update(s, id, blk_rq_pos(rq),
+					blk_rq_sectors(rq), pd->tun.seq_gap))
+			st |= PRISM_RQ_SEQ;
+		pd->tier[tier].inserted++;
+	}
+	prism_rq_set_state(rq, st);
+	tq = &pd->tier[tier];
+
+	/* On a merge, requests_merged() has already accounted for @rq. */
+	if (blk_mq_sched_try_insert_merge(q, rq, free))
+		return;
+
+	trace_block_rq_insert(rq);
+
+	rq->fifo_time = jiffies;
+	if (at_head) {
+		list_add(&rq->queuelist, &pd->dispatch);
+		tq->queued_head++;
+		st |= PRISM_RQ_QUEUED | PRISM_RQ_AT_HEAD;
+	} else {
+		if (pd->sorted)
+			elv_rb_add(&tq->sort[dir], rq);
+		if (rq_mergeable(rq)) {
+			elv_rqhash_add(q, rq);
+			if (!q->last_merge)
+				q->last_merge = rq;
+		}
+		list_add_tail(&rq->queuelist, &tq->fifo[dir]);
+		tq->queued[dir]++;
+		st |= PRISM_RQ_QUEUED;
+	}
+	prism_rq_set_state(rq, st);
+}
+
+static void prism_insert_requests(struct blk_mq_hw_ctx *hctx,
+				  struct list_head *list, prism_insert_t flags)
+{
+	struct request_queue *q = hctx->queue;
+	struct prism_data *pd = q->elevator->elevator_data;
+	bool at_head = prism_insert_at_head(flags);
+	LIST_HEAD(free);
+
+	spin_lock(&pd->lock);
+	prism_update_order(pd, q);
+	while (!list_empty(list)) {
+		struct request *rq;
+
+		rq = list_first_entry(list, struct request, queuelist);
+		list_del_init(&rq->queuelist);
+		prism_insert_request(pd, q, rq, at_head, &free);
+	}
+	spin_unlock(&pd->lock);
+
+	/* Merged-away requests are freed outside the lock, as in 6.12. */
+	blk_mq_free_requests(&free);
+}
+
+static struct request *prism_pick(struct prism_data *pd,
+				  const struct prism_choice *c)
+{
+	struct prism_tier_queue *tq = &pd->tier[c->tier];
+	struct request *rq = NULL;
+
+	if (c->take == PRISM_TAKE_NEXT && pd->sorted) {
+		/* C-LOOK: upwards from the head, then wrap to the lowest. */
+		rq = prism_sorted_from(&tq->sort[c->dir], pd->head_pos);
+		if (!rq && !RB_EMPTY_ROOT(&tq->sort[c->dir]))
+			rq = rb_entry_rq(rb_first(&tq->sort[c->dir]));
+	}
+	if (!rq)
+		rq = list_first_entry_or_null(&tq->fifo[c->dir], struct request,
+					      queuelist);
+	return rq;
+}
+
+static struct request *prism_dispatch_request(struct blk_mq_hw_ctx *hctx)
+{
+	struct request_queue *q = hctx->queue;
+	struct prism_data *pd = q->elevator->elevator_data;
+	struct prism_tier_view view[PRISM_NR_TIERS];
+	struct prism_choice c;
+	struct request *rq;
+	int t, d;
+
+	spin_lock(&pd->lock);
+
+	rq = list_first_entry_or_null(&pd->dispatch, struct request, queuelist);
+	if (rq)
+		goto found;
+
+	prism_update_order(pd, q);
+	for (t = 0; t < PRISM_NR_TIERS; t++) {
+		for (d = 0; d < PRISM_NR_DIRS; d++) {
+			struct prism_tier_queue *tq = &pd->tier[t];
+			struct request *head;
+
+			view[t].dir[d].queued = tq->queued[d];
+			head = list_first_entry_or_null(&tq->fifo[d],
+							struct request,
+							queuelist);
+			view[t].dir[d].oldest = head ? head->fifo_time : 0;
+		}
+	}
+
+	if (!prism_choose(view, &pd->batch, &pd->tun, jiffies, &c))
+		goto unlock;
+
+	rq = prism_pick(pd, &c);
+	if (WARN_ON_ONCE(!rq)) {
+		/* The view said queued; the lists disagree. Start afresh. */
+		prism_batch_reset(&pd->batch);
+		goto unlock;
+	}
+	if (c.aged)
+		pd->tier[c.tier].aged++;
+	if (c.expired && !c.aged)
+		pd->tier[c.tier].expired++;
+	prism_note_dispatch(&pd->batch, &pd->tun, pd->sorted,
+			    prism_rq_state(rq) & PRISM_RQ_SEQ);
+
+found:
+	prism_remove_request(pd, q, rq);
+	pd->tier[prism_rq_tier(rq)].dispatched++;
+	pd->head_pos = blk_rq_pos(rq) + blk_rq_sectors(rq);
+	rq->rq_flags |= RQF_STARTED;
+unlock:
+	spin_unlock(&pd->lock);
+	return rq;
+}
+
+static bool prism_has_work(struct blk_mq_hw_ctx *hctx)
+{
+	struct prism_data *pd = hctx->queue->elevator->elevator_data;
+	int t;
+
+	if (!list_empty_careful(&pd->dispatch))
+		return true;
+	for (t = 0; t < PRISM_NR_TIERS; t++)
+		if (!list_empty_careful(&pd->tier[t].fifo[PRISM_READ]) ||
+		    !list_empty_careful(&pd->tier[t].fifo[PRISM_WRITE]))
+			return true;
+	return false;
+}
+
+/*
+ * Tag reserve: a NORMAL or LOW submitter may hold only its tier's share
+ * of the scheduler tags, so a HIGH request always finds one free instead
+ * of queueing in tag allocation where prism cannot see it.
+ */
+static void prism_limit_depth(blk_opf_t opf, struct blk_mq_alloc_data *data)
+{
+	struct prism_data *pd = data->q->elevator->elevator_data;
+	unsigned int nr = data->q->nr_requests;
+	struct prism_tunables t;
+	enum prism_tier tier;
+
+	t.be_high_max = READ_ONCE(pd->tun.be_high_max);
+	t.be_low_min = READ_ONCE(pd->tun.be_low_min);
+	t.normal_depth = READ_ONCE(pd->tun.normal_depth);
+	t.low_depth = READ_ONCE(pd->tun.low_depth);
+
+	tier = prism_tier_of(&t, get_current_ioprio());
+	if (tier == PRISM_HIGH)
+		return;
+	data->shallow_depth = prism_shallow_depth(data->hctx, nr,
+						  prism_tier_depth(tier, nr, &t));
+}
+
+static void prism_depth_updated(struct blk_mq_hw_ctx *hctx)
+{
+	/* Wake-up batches must suit the smallest shallow depth we set. */
+	sbitmap_queue_min_shallow_depth(&hctx->sched_tags->bitmap_tags, 1);
+}
+
+static int prism_init_hctx(struct blk_mq_hw_ctx *hctx, unsigned int idx)
+{
+	prism_depth_updated(hctx);
+	return 0;
+}
+
+static void prism_prepare_request(struct request *rq)
+{
+	rq->elv.priv[0] = NULL;
+	rq->elv.priv[1] = (void *)(unsigned long)current->pid;
+}
+
+static void prism_finish_request(struct request *rq)
+{
+	struct prism_data *pd = rq->q->elevator->elevator_data;
+	unsigned long st = prism_rq_state(rq);
+
+	/* Prepared but never inserted (6.1 passthrough): not ours. */
+	if (st & PRISM_RQ_SEEN)
+		atomic64_inc(&pd->tier[prism_rq_tier(rq)].completed);
+}
+
+static int prism_request_merge(struct request_queue *q, struct request **rq,
+			       struct bio *bio)
+{
+	struct prism_data *pd = q->elevator->elevator_data;
+	enum prism_tier tier = prism_tier_of(&pd->tun, bio->bi_ioprio);
+	struct prism_tier_queue *tq = &pd->tier[tier];
+	sector_t sector = bio_end_sector(bio);
+	struct request *__rq;
+
+	if (!pd->front_merges)
+		return ELEVATOR_NO_MERGE;
+
+	/* Front merges need the sort tree, kept only in sector order. */
+	__rq = elv_rb_find(&tq->sort[bio_data_dir(bio)], sector);
+	if (__rq && elv_bio_merge_ok(__rq, bio)) {
+		*rq = __rq;
+		if (blk_discard_mergable(__rq))
+			return ELEVATOR_DISCARD_MERGE;
+		return ELEVATOR_FRONT_MERGE;
+	}
+	return ELEVATOR_NO_MERGE;
+}
+
+static void prism_request_merged(struct request_queue *q, struct request *req,
+				 enum elv_merge type)
+{
+	struct prism_data *pd = q->elevator->elevator_data;
+	struct prism_tier_queue *tq = &pd->tier[prism_rq_tier(req)];
+	enum prism_dir dir = prism_rq_dir(req);
+
+	/* A front merge moved the start sector: re-sort. */
+	if (type == ELEVATOR_FRONT_MERGE && !RB_EMPTY_NODE(&req->rb_node)) {
+		elv_rb_del(&tq->sort[dir], req);
+		elv_rb_add(&tq->sort[dir], req);
+	}
+}
+
+static void prism_requests_merged(struct request_queue *q, struct request *req,
+				  struct request *next)
+{
+	struct prism_data *pd = q->elevator->elevator_data;
+
+	lockdep_assert_held(&pd->lock);
+
+	pd->tier[prism_rq_tier(next)].merged++;
+
+	/* The survivor inherits the earlier arrival and FIFO place. */
+	if (!list_empty(&req->queuelist) && !list_empty(&next->queuelist) &&
+	    time_before((unsigned long)next->fifo_time,
+			(unsigned long)req->fifo_time)) {
+		list_move(&req->queuelist, &next->queuelist);
+		req->fifo_time = next->fifo_time;
+	}
+	prism_remove_request(pd, q, next);
+}
+
+static bool prism_bio_merge(struct request_queue *q, struct bio *bio,
+			    unsigned int nr_segs)
+{
+	struct prism_data *pd = q->elevator->elevator_data;
+	struct request *free = NULL;
+	bool ret;
+
+	spin_lock(&pd->lock);
+	ret = blk_mq_sched_try_merge(q, bio, nr_segs, &free);
+	spin_unlock(&pd->lock);
+
+	if (free)
+		blk_mq_free_request(free);
+	return ret;
+}
+
+static int prism_init_sched(struct request_queue *q, struct elevator_type *e)
+{
+	struct elevator_queue *eq;
+	struct prism_data *pd;
+	int t, d;
+
+	eq = elevator_alloc(q, e);
+	if (!eq)
+		return -ENOMEM;
+
+	pd = kzalloc_node(sizeof(*pd), GFP_KERNEL, q->node);
+	if (!pd) {
+		kobject_put(&eq->kobj);
+		return -ENOMEM;
+	}
+	eq->elevator_data = pd;
+
+	spin_lock_init(&pd->lock);
+	INIT_LIST_HEAD(&pd->dispatch);
+	for (t = 0; t < PRISM_NR_TIERS; t++) {
+		for (d = 0; d < PRISM_NR_DIRS; d++) {
+			INIT_LIST_HEAD(&pd->tier[t].fifo[d]);
+			pd->tier[t].sort[d] = RB_ROOT;
+		}
+		atomic64_set(&pd->tier[t].completed, 0);
+	}
+	prism_tunables_init(&pd->tun, HZ);
+	pd->front_merges = 1;
+	pd->sort_mode = PRISM_SORT_AUTO;
+	prism_batch_reset(&pd->batch);
+	pd->sorted = prism_sorted(pd->sort_mode, !blk_queue_nonrot(q));
+
+	/* One queue for the whole device, as mq-deadline: priority is global. */
+	blk_queue_flag_set(QUEUE_FLAG_SQ_SCHED, q);
+
+	q->elevator = eq;
+	return 0;
+}
+
+static void prism_exit_sched(struct elevator_queue *e)
+{
+	struct prism_data *pd = e->elevator_data;
+	int t;
+
+	spin_lock(&pd->lock);
+	WARN_ON_ONCE(!list_empty(&pd->dispatch));
+	for (t = 0; t < PRISM_NR_TIERS; t++) {
+		struct prism_tier_queue *tq = &pd->tier[t];
+
+		WARN_ON_ONCE(!list_empty(&tq->fifo[PRISM_READ]) ||
+			     !list_empty(&tq->fifo[PRISM_WRITE]));
+		/* Each request that entered left exactly once. */
+		WARN_ONCE(tq->inserted + tq->requeued !=
+			  tq->dispatched + tq->merged,
+			  "prism: tier %s: inserted %llu requeued %llu dispatched %llu merged %llu\n",
+			  prism_tier_name[t], tq->inserted, tq->requeued,
+			  tq->dispatched, tq->merged);
+	}
+	spin_unlock(&pd->lock);
+	kfree(pd);
+}
+
+/* sysfs tunables under /sys/block/<dev>/queue/iosched/ */
+
+enum prism_attr_id {
+	PRISM_ATTR_READ_EXPIRE,
+	PRISM_ATTR_WRITE_EXPIRE,
+	PRISM_ATTR_WRITES_STARVED,
+	PRISM_ATTR_FRONT_MERGES,
+	PRISM_ATTR_FIFO_BATCH,
+	PRISM_ATTR_PRIO_AGING_EXPIRE,
+	PRISM_ATTR_BE_HIGH_MAX,
+	PRISM_ATTR_BE_LOW_MIN,
+	PRISM_ATTR_NORMAL_DEPTH,
+	PRISM_ATTR_LOW_DEPTH,
+	PRISM_ATTR_SEQ_GAP,
+	PRISM_ATTR_SORT_MODE,
+};
+
+struct prism_attr_range {
+	int min;
+	int max;
+	bool msecs;	/* shown and stored in milliseconds, kept in jiffies */
+};
+
+static const struct prism_attr_range prism_attr_ranges[] = {
+	[PRISM_ATTR_READ_EXPIRE]	= { 0, INT_MAX, true },
+	[PRISM_ATTR_WRITE_EXPIRE]	= { 0, INT_MAX, true },
+	[PRISM_ATTR_WRITES_STARVED]	= { 0, INT_MAX, false },
+	[PRISM_ATTR_FRONT_MERGES]	= { 0, 1, false },
+	[PRISM_ATTR_FIFO_BATCH]		= { 0, INT_MAX, false },
+	[PRISM_ATTR_PRIO_AGING_EXPIRE]	= { 0, INT_MAX, true },
+	[PRISM_ATTR_BE_HIGH_MAX]	= { -1, 7, false },
+	[PRISM_ATTR_BE_LOW_MIN]		= { 0, 8, false },
+	[PRISM_ATTR_NORMAL_DEPTH]	= { 1, 100, false },
+	[PRISM_ATTR_LOW_DEPTH]		= { 1, 100, false },
+	[PRISM_ATTR_SEQ_GAP]		= { 0, 1 << 20, false },
+	[PRISM_ATTR_SORT_MODE]		= { 0, 2, false },
+};
+
+/*
+ * Where each tunable lives. The jiffies ones are unsigned long, the rest
+ * int or u32 of the same width as int; one accessor per kind keeps the
+ * show and store paths single.
+ */
+static unsigned long *prism_attr_jiffies(struct prism_tunables *t,
+					 enum prism_attr_id id)
+{
+	switch (id) {
+	case PRISM_ATTR_READ_EXPIRE:
+		return &t->fifo_expire[PRISM_READ];
+	case PRISM_ATTR_WRITE_EXPIRE:
+		return &t->fifo_expire[PRISM_WRITE];
+	case PRISM_ATTR_PRIO_AGING_EXPIRE:
+		return &t->prio_aging_expire;
+	default:
+		return NULL;
+	}
+}
+
+static int prism_attr_get(struct prism_data *pd, const struct prism_tunables *t,
+			  enum prism_attr_id id)
+{
+	switch (id) {
+	case PRISM_ATTR_READ_EXPIRE:
+		return jiffies_to_msecs(t->fifo_expire[PRISM_READ]);
+	case PRISM_ATTR_WRITE_EXPIRE:
+		return jiffies_to_msecs(t->fifo_expire[PRISM_WRITE]);
+	case PRISM_ATTR_PRIO_AGING_EXPIRE:
+		return jiffies_to_msecs(t->prio_aging_expire);
+	case PRISM_ATTR_WRITES_STARVED:
+		return t->writes_starved;
+	case PRISM_ATTR_FRONT_MERGES:
+		return pd->front_merges;
+	case PRISM_ATTR_FIFO_BATCH:
+		return t->fifo_batch;
+	case PRISM_ATTR_BE_HIGH_MAX:
+		return t->be_high_max;
+	case PRISM_ATTR_BE_LOW_MIN:
+		return t->be_low_min;
+	case PRISM_ATTR_NORMAL_DEPTH:
+		return t->normal_depth;
+	case PRISM_ATTR_LOW_DEPTH:
+		return t->low_depth;
+	case PRISM_ATTR_SEQ_GAP:
+		return t->seq_gap;
+	case PRISM_ATTR_SORT_MODE:
+		return pd->sort_mode;
+	}
+	return 0;
+}
+
+static ssize_t prism_attr_show(struct elevator_queue *e, char *page,
+			       enum prism_attr_id id)
+{
+	struct prism_data *pd = e->elevator_data;
+	int val;
+
+	spin_lock(&pd->lock);
+	val = prism_attr_get(pd, &pd->tun, id);
+	spin_unlock(&pd->lock);
+	return sysfs_emit(page, "%d\n", val);
+}
+
+/*
+ * Parse, range-check and validate on a copy; commit only if all is well,
+ * so a rejected write (-EINVAL) leaves every tunable as it was.
+ */
+static ssize_t prism_attr_store(struct elevator_queue *e, const char *page,
+				size_t count, enum prism_attr_id id)
+{
+	const struct prism_attr_range *r = &prism_attr_ranges[id];
+	struct prism_data *pd = e->elevator_data;
+	struct prism_tunables t;
+	unsigned long *jp;
+	int val, ret;
+
+	ret = kstrtoint(page, 0, &val);
+	if (ret)
+		return -EINVAL;
+	if (val < r->min || val > r->max)
+		return -EINVAL;
+
+	spin_lock(&pd->lock);
+	t = pd->tun;
+	jp = prism_attr_jiffies(&t, id);
+	if (jp) {
+		*jp = msecs_to_jiffies(val);
+	} else {
+		switch (id) {
+		case PRISM_ATTR_WRITES_STARVED:
+			t.writes_starved = val;
+			break;
+		case PRISM_ATTR_FIFO_BATCH:
+			t.fifo_batch = val;
+			break;
+		case PRISM_ATTR_BE_HIGH_MAX:
+			t.be_high_max = val;
+			break;
+		case PRISM_ATTR_BE_LOW_MIN:
+			t.be_low_min = val;
+			break;
+		case PRISM_ATTR_NORMAL_DEPTH:
+			t.normal_depth = val;
+			break;
+		case PRISM_ATTR_LOW_DEPTH:
+			t.low_depth = val;
+			break;
+		case PRISM_ATTR_SEQ_GAP:
+			t.seq_gap = val;
+			break;
+		default:
+			break;
+		}
+	}
+	if (!prism_tunables_valid(&t)) {
+		spin_unlock(&pd->lock);
+		return -EINVAL;
+	}
+	pd->tun = t;
+	if (id == PRISM_ATTR_FRONT_MERGES)
+		WRITE_ONCE(pd->front_merges, val);
+	if (id == PRISM_ATTR_SORT_MODE)
+		WRITE_ONCE(pd->sort_mode, val);
+	spin_unlock(&pd->lock);
+	return count;
+}
+
+#define PRISM_ATTR(name, id)						\
+static ssize_t prism_##name##_show(struct elevator_queue *e, char *page) \
+{									\
+	return prism_attr_show(e, page, id);				\
+}									\
+static ssize_t prism_##name##_store(struct elevator_queue *e,		\
+				    const char *page, size_t count)	\
+{									\
+	return prism_attr_store(e, page, count, id);			\
+}
+
+PRISM_ATTR(read_expire, PRISM_ATTR_READ_EXPIRE)
+PRISM_ATTR(write_expire, PRISM_ATTR_WRITE_EXPIRE)
+PRISM_ATTR(writes_starved, PRISM_ATTR_WRITES_STARVED)
+PRISM_ATTR(front_merges, PRISM_ATTR_FRONT_MERGES)
+PRISM_ATTR(fifo_batch, PRISM_ATTR_FIFO_BATCH)
+PRISM_ATTR(prio_aging_expire, PRISM_ATTR_PRIO_AGING_EXPIRE)
+PRISM_ATTR(be_high_max, PRISM_ATTR_BE_HIGH_MAX)
+PRISM_ATTR(be_low_min, PRISM_ATTR_BE_LOW_MIN)
+PRISM_ATTR(normal_depth, PRISM_ATTR_NORMAL_DEPTH)
+PRISM_ATTR(low_depth, PRISM_ATTR_LOW_DEPTH)
+PRISM_ATTR(seq_gap, PRISM_ATTR_SEQ_GAP)
+PRISM_ATTR(sort_mode, PRISM_ATTR_SORT_MODE)
+
+#define PRISM_ATTR_ENTRY(name) \
+	__ATTR(name, 0644, prism_##name##_show, prism_##name##_store)
+
+static struct elv_fs_entry prism_attrs[] = {
+	PRISM_ATTR_ENTRY(read_expire),
+	PRISM_ATTR_ENTRY(write_expire),
+	PRISM_ATTR_ENTRY(writes_starved),
+	PRISM_ATTR_ENTRY(front_merges),
+	PRISM_ATTR_ENTRY(fifo_batch),
+	PRISM_ATTR_ENTRY(prio_aging_expire),
+	PRISM_ATTR_ENTRY(be_high_max),
+	PRISM_ATTR_ENTRY(be_low_min),
+	PRISM_ATTR_ENTRY(normal_depth),
+	PRISM_ATTR_ENTRY(low_depth),
+	PRISM_ATTR_ENTRY(seq_gap),
+	PRISM_ATTR_ENTRY(sort_mode),
+	__ATTR_NULL
+};
+
+#ifdef CONFIG_BLK_DEBUG_FS
+/* debugfs under /sys/kernel/debug/block/<dev>/sched/ */
+
+static int prism_tiers_show(void *data, struct seq_file *m)
+{
+	struct request_queue *q = data;
+	struct prism_data *pd = q->elevator->elevator_data;
+	int t;
+
+	seq_puts(m, "tier queued inserted requeued dispatched merged aged expired completed\n");
+	spin_lock(&pd->lock);
+	for (t = 0; t < PRISM_NR_TIERS; t++) {
+		struct prism_tier_queue *tq = &pd->tier[t];
+
+		seq_printf(m, "%s %u %llu %llu %llu %llu %llu %llu %lld\n",
+			   prism_tier_name[t],
+			   tq->queued[PRISM_READ] + tq->queued[PRISM_WRITE] +
+			   tq->queued_head,
+			   tq->inserted, tq->requeued, tq->dispatched,
+			   tq->merged, tq->aged, tq->expired,
+			   atomic64_read(&tq->completed));
+	}
+	spin_unlock(&pd->lock);
+	return 0;
+}
+
+static int prism_batch_show(void *data, struct seq_file *m)
+{
+	struct request_queue *q = data;
+	struct prism_data *pd = q->elevator->elevator_data;
+	struct prism_batch b;
+	sector_t head;
+	bool sorted;
+
+	spin_lock(&pd->lock);
+	b = pd->batch;
+	head = pd->head_pos;
+	sorted = pd->sorted;
+	spin_unlock(&pd->lock);
+
+	seq_printf(m, "tier=%s dir=%s count=%u fifo_batch=%u starved=%u order=%s head=%llu\n",
+		   b.tier >= 0 ? prism_tier_name[b.tier] : "none",
+		   prism_dir_name[b.dir], b.count, READ_ONCE(pd->tun.fifo_batch),
+		   b.starved, sorted ? "sector" : "fifo",
+		   (unsigned long long)head);
+	return 0;
+}
+
+static int prism_streams_show(void *data, struct seq_file *m)
+{
+	struct request_queue *q = data;
+	struct prism_data *pd = q->elevator->elevator_data;
+	int i;
+
+	seq_puts(m, "pid score sequential\n");
+	spin_lock(&pd->lock);
+	for (i = 0; i < PRISM_NR_STREAMS; i++) {
+		const struct prism_stream *s = &pd->streams[i];
+
+		if (s->id)
+			seq_printf(m, "%u %u %d\n", s->id, s->score,
+				   s->score >= PRISM_SEQ_THRESHOLD);
+	}
+	spin_unlock(&pd->lock);
+	return 0;
+}
+
+static const struct blk_mq_debugfs_attr prism_queue_debugfs_attrs[] = {
+	{"tiers", 0400, prism_tiers_show},
+	{"batch", 0400, prism_batch_show},
+	{"streams", 0400, prism_streams_show},
+	{},
+};
+#endif
+
+static struct elevator_type prism_sched = {
+	.ops = {
+		.depth_updated		= prism_depth_updated,
+		.limit_depth		= prism_limit_depth,
+		.insert_requests	= prism_insert_requests,
+		.dispatch_request	= prism_dispatch_request,
+		.prepare_request	= prism_prepare_request,
+		.finish_request		= prism_finish_request,
+		.next_request		= elv_rb_latter_request,
+		.former_request		= elv_rb_former_request,
+		.bio_merge		= prism_bio_merge,
+		.request_merge		= prism_request_merge,
+		.requests_merged	= prism_requests_merged,
+		.request_merged		= prism_request_merged,
+		.has_work		= prism_has_work,
+		.init_sched		= prism_init_sched,
+		.exit_sched		= prism_exit_sched,
+		.init_hctx		= prism_init_hctx,
+	},
+#ifdef CONFIG_BLK_DEBUG_FS
+	.queue_debugfs_attrs = prism_queue_debugfs_attrs,
+#endif
+	.elevator_attrs = prism_attrs,
+	.elevator_name = "prism",
+	.elevator_owner = THIS_MODULE,
+};
+MODULE_ALIAS("prism-iosched");
+
+static int __init prism_init(void)
+{
+	return elv_register(&prism_sched);
+}
+
+static void __exit prism_exit(void)
+{
+	elv_unregister(&prism_sched);
+}
+
+module_init(prism_init);
+module_exit(prism_exit);
+
+MODULE_AUTHOR("The prism developers");
+MODULE_LICENSE("GPL");
+MODULE_DESCRIPTION("prism: priority-aware blk-mq I/O scheduler");
