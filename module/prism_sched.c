@@ -563,25 +563,27 @@ enum prism_attr_id {
 	PRISM_ATTR_SORT_MODE,
 };
 
+/* An hour: longer deadlines mean none; shown values stay within int. */
+#define PRISM_MAX_MSECS		3600000
+
 struct prism_attr_range {
 	int min;
 	int max;
-	bool msecs;	/* shown and stored in milliseconds, kept in jiffies */
 };
 
 static const struct prism_attr_range prism_attr_ranges[] = {
-	[PRISM_ATTR_READ_EXPIRE]	= { 0, INT_MAX, true },
-	[PRISM_ATTR_WRITE_EXPIRE]	= { 0, INT_MAX, true },
-	[PRISM_ATTR_WRITES_STARVED]	= { 0, INT_MAX, false },
-	[PRISM_ATTR_FRONT_MERGES]	= { 0, 1, false },
-	[PRISM_ATTR_FIFO_BATCH]		= { 0, INT_MAX, false },
-	[PRISM_ATTR_PRIO_AGING_EXPIRE]	= { 0, INT_MAX, true },
-	[PRISM_ATTR_BE_HIGH_MAX]	= { -1, 7, false },
-	[PRISM_ATTR_BE_LOW_MIN]		= { 0, 8, false },
-	[PRISM_ATTR_NORMAL_DEPTH]	= { 1, 100, false },
-	[PRISM_ATTR_LOW_DEPTH]		= { 1, 100, false },
-	[PRISM_ATTR_SEQ_GAP]		= { 0, 1 << 20, false },
-	[PRISM_ATTR_SORT_MODE]		= { 0, 2, false },
+	[PRISM_ATTR_READ_EXPIRE]	= { 0, PRISM_MAX_MSECS },
+	[PRISM_ATTR_WRITE_EXPIRE]	= { 0, PRISM_MAX_MSECS },
+	[PRISM_ATTR_WRITES_STARVED]	= { 0, INT_MAX },
+	[PRISM_ATTR_FRONT_MERGES]	= { 0, 1 },
+	[PRISM_ATTR_FIFO_BATCH]		= { 0, INT_MAX },
+	[PRISM_ATTR_PRIO_AGING_EXPIRE]	= { 0, PRISM_MAX_MSECS },
+	[PRISM_ATTR_BE_HIGH_MAX]	= { -1, 7 },
+	[PRISM_ATTR_BE_LOW_MIN]		= { 0, 8 },
+	[PRISM_ATTR_NORMAL_DEPTH]	= { 1, 100 },
+	[PRISM_ATTR_LOW_DEPTH]		= { 1, 100 },
+	[PRISM_ATTR_SEQ_GAP]		= { 0, 1 << 20 },
+	[PRISM_ATTR_SORT_MODE]		= { 0, 2 },
 };
 
 /*

@@ -1,0 +1,206 @@
+"""prism: the one command-line entry point.
+
+  prism fetch --kernel 6.12         install image+headers, extract block/ from source
+  prism build --kernel 6.12         build prism-iosched.ko against it
+  prism checkpatch                  checkpatch.pl --no-tree -f on the module sources
+  prism vm --kernel 6.12 -- CMD     boot the kernel under QEMU, module at $PRISM_KO
+  prism selftest --kernel 6.12      the in-VM check suite, one boot
+  prism try --kernel 6.12           a short mixed-priority run: none vs prism
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from . import build, kernels, vm
+from .errors import PrismError
+
+DEVICES = ("nullb", "virtio")
+
+
+def _kernels(arg: str) -> list[kernels.Kernel]:
+    if arg == "all":
+        return [kernels.KERNELS[s] for s in sorted(kernels.KERNELS)]
+    return [kernels.get(arg)]
+
+
+def _disks(device: str, rundir: Path) -> list[vm.Disk]:
+    if device == "virtio":
+        return [vm.Disk(serial="prism-virtio", path=rundir / "virtio.img", size_mb=1024)]
+    return []
+
+
+def cmd_fetch(args) -> int:
+    for k in _kernels(args.kernel):
+        kernels.fetch(k)
+        kernels.log(f"{k.abi}: image {k.vmlinuz}, headers {k.headers_dir}, "
+                    f"block/ in {kernels.block_dir(k)}")
+    return 0
+
+
+def cmd_build(args) -> int:
+    for k in _kernels(args.kernel):
+        ko = build.build(k, fetch=not args.no_fetch)
+        kernels.log(f"built {ko}")
+    return 0
+
+
+def cmd_checkpatch(args) -> int:
+    clean, report = build.run_checkpatch(kernels.get(args.kernel))
+    print(report)
+    kernels.log("checkpatch: clean" if clean else "checkpatch: problems found")
+    return 0 if clean else 1
+
+
+def _run_vm(k, command, args, rundir=None) -> vm.VmResult:
+    ko = build.build(k)
+    rundir = rundir or vm.new_rundir()
+    kernels.log(f"booting {k.abi} ({args.accel}); module {ko}; run dir {rundir}")
+    return vm.run(k, command, ko=ko, disks=_disks(args.device, rundir),
+                  memory=args.memory, cpus=args.cpus, accel=args.accel,
+                  timeout=args.timeout, rundir=rundir)
+
+
+def _report_log(res: vm.VmResult) -> bool:
+    probs = res.log_problems
+    for kind, line in probs:
+        print(f"prism: kernel log: {kind}: {line}", file=sys.stderr)
+    kernels.log(f"guest exit code {res.returncode} after {res.elapsed:.0f} s; "
+                f"kernel log {res.rundir / 'dmesg.txt'}: "
+                + (f"{len(probs)} problem(s)" if probs else "clean"))
+    return not probs
+
+
+def cmd_vm(args) -> int:
+    command = " ".join(args.command).strip()
+    if command.startswith("-- "):
+        command = command[3:]
+    if not command:
+        raise PrismError("nothing to run: prism vm --kernel K -- CMD")
+    res = _run_vm(kernels.get(args.kernel), command, args)
+    clean = _report_log(res)
+    if res.returncode == 0 and not clean:
+        return 125
+    return res.returncode if res.returncode >= 0 else 124
+
+
+def cmd_selftest(args) -> int:
+    status = 0
+    for k in _kernels(args.kernel):
+        args.device = "virtio"
+        only = f" --only {args.only}" if args.only else ""
+        res = _run_vm(k, f"python3 -m prism.selftest --out results.json{only}", args)
+        clean = _report_log(res)
+        out = res.rundir / "results.json"
+        results = json.loads(out.read_text()) if out.exists() else {}
+        for name, r in results.items():
+            kernels.log(f"{k.series} {name}: {'ok' if r.get('ok') else 'FAILED'}")
+        if res.returncode != 0 or not clean or not results:
+            status = 1
+    return status
+
+
+TRY_SCRIPT = r"""
+set -e
+modprobe null_blk queue_mode=2 hw_queue_depth=4 irqmode=2 completion_nsec=500000 submit_queues=1 poll_queues=0
+insmod "$PRISM_KO"
+mount -t debugfs none /sys/kernel/debug 2>/dev/null || true
+run() {
+  echo "$1" > /sys/block/nullb0/queue/scheduler
+  fio --direct=1 --ioengine=libaio --runtime=$2 --time_based --filename=/dev/nullb0 \
+      --output-format=json --output=try-$1.json \
+      --name=database_sim --rw=randread --bs=4k --iodepth=4 --prioclass=2 --prio=1 \
+      --name=backup_sim --rw=read --bs=128k --iodepth=16 --prioclass=2 --prio=7 --offset=1G
+  python3 - "$1" <<'EOF'
+import json, sys
+r = json.load(open(f"try-{sys.argv[1]}.json"))
+for j in r["jobs"]:
+    c = j["read"]["clat_ns"]
+    print(f"{sys.argv[1]:>6} {j['jobname']:>13}: {j['read']['iops']:8.0f} IOPS  "
+          f"mean {c['mean']/1000:7.0f} us  P99 {c['percentile']['99.000000']/1000:7.0f} us")
+EOF
+}
+run none $SECONDS_PER_RUN
+run prism $SECONDS_PER_RUN
+echo "prism debugfs counters (/sys/kernel/debug/block/nullb0/sched/tiers):"
+cat /sys/kernel/debug/block/nullb0/sched/tiers
+echo none > /sys/block/nullb0/queue/scheduler
+rmmod prism_iosched
+"""
+
+
+def cmd_try(args) -> int:
+    k = kernels.get(args.kernel)
+    args.device = "nullb"
+    script = f"export SECONDS_PER_RUN={int(args.seconds)}\n" + TRY_SCRIPT
+    res = _run_vm(k, script, args)
+    clean = _report_log(res)
+    return 0 if res.returncode == 0 and clean else 1
+
+
+def _vm_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--kernel", default="6.12", help="6.1, 6.12 (default) or all")
+    p.add_argument("--memory", default="2G", help="guest memory (default 2G)")
+    p.add_argument("--cpus", type=int, default=2, help="guest CPUs (default 2)")
+    p.add_argument("--accel", choices=("tcg", "kvm"), default="tcg",
+                   help="tcg (default; KVM guests hang on the project's build "
+                        "machines) or kvm on a host where it works")
+    p.add_argument("--timeout", type=float, default=1800,
+                   help="kill the guest after this many seconds (default 1800)")
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="prism", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+
+    p = sub.add_parser("fetch", help="install a pinned kernel and extract its block/ headers")
+    p.add_argument("--kernel", default="6.12", help="6.1, 6.12 (default) or all")
+    p.set_defaults(func=cmd_fetch)
+
+    p = sub.add_parser("build", help="build prism-iosched.ko for a pinned kernel")
+    p.add_argument("--kernel", default="6.12", help="6.1, 6.12 (default) or all")
+    p.add_argument("--no-fetch", action="store_true",
+                   help="do not install or download anything")
+    p.set_defaults(func=cmd_build)
+
+    p = sub.add_parser("checkpatch", help="checkpatch.pl --no-tree -f on the module")
+    p.add_argument("--kernel", default="6.12", help="whose checkpatch.pl (default 6.12)")
+    p.set_defaults(func=cmd_checkpatch)
+
+    p = sub.add_parser("vm", help="boot a kernel under QEMU and run a command")
+    _vm_options(p)
+    p.add_argument("--device", choices=DEVICES, default="nullb",
+                   help="nullb: nothing attached, load null_blk in the guest; "
+                        "virtio: attach a 1 GiB file-backed virtio disk, serial prism-virtio")
+    p.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD to run in the guest")
+    p.set_defaults(func=cmd_vm)
+
+    p = sub.add_parser("selftest", help="run the in-VM check suite (one boot per kernel)")
+    _vm_options(p)
+    p.add_argument("--only", help="comma-separated check names")
+    p.set_defaults(func=cmd_selftest)
+
+    p = sub.add_parser("try", help="a short database+backup run on null_blk: none vs prism")
+    _vm_options(p)
+    p.add_argument("--seconds", type=int, default=10, help="per scheduler (default 10)")
+    p.set_defaults(func=cmd_try)
+    return ap
+
+
+def main(argv=None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except PrismError as e:
+        print(f"prism: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

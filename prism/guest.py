@@ -1,0 +1,228 @@
+"""Helpers that run inside the test VM (as root, on the guest kernel):
+loading prism, making null_blk devices, finding attached disks, choosing
+schedulers, running fio and reading prism's debugfs counters."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+
+SYS_BLOCK = Path("/sys/block")
+DEBUGFS = Path("/sys/kernel/debug")
+CONFIGFS = Path("/sys/kernel/config")
+
+
+def sh(cmd: str, check: bool = True, timeout: float | None = None) -> subprocess.CompletedProcess:
+    r = subprocess.run(["bash", "-c", cmd], text=True, capture_output=True, timeout=timeout)
+    if check and r.returncode:
+        raise RuntimeError(f"`{cmd}` failed ({r.returncode}): {r.stderr.strip()}")
+    return r
+
+
+def log(msg: str) -> None:
+    print(f"[guest] {msg}", flush=True)
+
+
+def module_loaded(name: str = "prism_iosched") -> bool:
+    return Path("/sys/module") .joinpath(name).exists()
+
+
+def load_prism(ko: str | None = None) -> None:
+    if module_loaded():
+        return
+    ko = ko or os.environ.get("PRISM_KO")
+    if not ko:
+        raise RuntimeError("PRISM_KO is not set: which prism-iosched.ko to load?")
+    sh(f"insmod {ko}")
+
+
+def unload_prism() -> subprocess.CompletedProcess:
+    return sh("rmmod prism_iosched", check=False)
+
+
+def mount_debugfs() -> None:
+    if not (DEBUGFS / "block").exists():
+        sh(f"mount -t debugfs none {DEBUGFS}", check=False)
+
+
+def nullb_module(depth: int = 4, completion_us: int = 500, nr_devices: int = 1,
+                 size_gb: int = 4) -> list[str]:
+    """Timer-completed null_blk devices: @depth slots of @completion_us each,
+    so the device, not the emulated CPU, is the bottleneck."""
+    sh("rmmod null_blk", check=False)
+    sh(f"modprobe null_blk queue_mode=2 hw_queue_depth={depth} irqmode=2 "
+       f"completion_nsec={completion_us * 1000} nr_devices={nr_devices} gb={size_gb} "
+       "submit_queues=1 poll_queues=0")
+    return [f"nullb{i}" for i in range(nr_devices)]
+
+
+def nullb_configfs(name: str, *, depth: int = 4, completion_us: int = 500,
+                   size_mb: int = 256, memory_backed: bool = True) -> str:
+    """A configfs null_blk device; memory-backed ones keep data, so fio
+    verify works on them. Returns the block device name."""
+    if not (CONFIGFS / "nullb").exists():
+        sh("modprobe configfs", check=False)
+        sh(f"mountpoint -q {CONFIGFS} || mount -t configfs none {CONFIGFS}")
+        sh("modprobe null_blk nr_devices=0", check=False)
+    d = CONFIGFS / "nullb" / name
+    d.mkdir(exist_ok=True)
+    settings = {"queue_mode": 2, "hw_queue_depth": depth, "irqmode": 2,
+                "completion_nsec": completion_us * 1000, "size": size_mb,
+                "memory_backed": int(memory_backed), "submit_queues": 1,
+                "poll_queues": 0}
+    for key, val in settings.items():
+        (d / key).write_text(f"{val}\n")
+    (d / "power").write_text("1\n")
+    index = (d / "index").read_text().strip()
+    # Older kernels name the disk nullb<index>, newer ones after the item.
+    candidates = (f"nullb{index}", name)
+    for _ in range(50):
+        for dev in candidates:
+            if (SYS_BLOCK / dev).exists():
+                return dev
+        time.sleep(0.1)
+    raise RuntimeError(f"configfs null_blk {name} appeared as none of {candidates}")
+
+
+def disk_by_serial(serial: str) -> str:
+    for dev in sorted(SYS_BLOCK.iterdir()):
+        s = dev / "serial"
+        if s.exists() and s.read_text().strip() == serial:
+            return dev.name
+    raise RuntimeError(f"no disk with serial {serial!r} attached")
+
+
+def schedulers(dev: str) -> tuple[list[str], str]:
+    """(available, active) schedulers of @dev."""
+    text = (SYS_BLOCK / dev / "queue" / "scheduler").read_text().split()
+    active = next(s.strip("[]") for s in text if s.startswith("["))
+    return [s.strip("[]") for s in text], active
+
+
+def set_scheduler(dev: str, sched: str, tunables: dict | None = None) -> None:
+    """Switch @dev to @sched, loading its module if needed, then apply
+    tunables. Raises if the switch did not take."""
+    if sched in ("kyber", "bfq"):
+        sh(f"modprobe {'kyber-iosched' if sched == 'kyber' else 'bfq'}", check=False)
+    path = SYS_BLOCK / dev / "queue" / "scheduler"
+    with open(path, "w") as f:
+        f.write(sched)
+    active = schedulers(dev)[1]
+    if active != sched:
+        raise RuntimeError(f"{dev}: asked for {sched}, active is {active}")
+    for key, val in (tunables or {}).items():
+        write_tunable(dev, key, val)
+
+
+def write_queue(dev: str, name: str, value) -> None:
+    """Set a queue attribute such as nr_requests; raises if refused."""
+    (SYS_BLOCK / dev / "queue" / name).write_text(f"{value}\n")
+
+
+def tunable_path(dev: str, name: str) -> Path:
+    return SYS_BLOCK / dev / "queue" / "iosched" / name
+
+
+def read_tunable(dev: str, name: str) -> str:
+    return tunable_path(dev, name).read_text().strip()
+
+
+def write_tunable(dev: str, name: str, value) -> int:
+    """Write @value; returns 0 or the errno the kernel answered with."""
+    try:
+        fd = os.open(tunable_path(dev, name), os.O_WRONLY)
+    except OSError as e:
+        return e.errno
+    try:
+        os.write(fd, str(value).encode())
+        return 0
+    except OSError as e:
+        return e.errno
+    finally:
+        os.close(fd)
+
+
+def prism_tiers(dev: str) -> dict[str, dict[str, int]]:
+    """prism's per-tier counters from debugfs."""
+    mount_debugfs()
+    lines = (DEBUGFS / "block" / dev / "sched" / "tiers").read_text().split("\n")
+    header = lines[0].split()
+    out = {}
+    for line in lines[1:]:
+        if line.strip():
+            f = line.split()
+            out[f[0]] = {k: int(v) for k, v in zip(header[1:], f[1:])}
+    return out
+
+
+def prism_batch(dev: str) -> dict[str, str]:
+    mount_debugfs()
+    text = (DEBUGFS / "block" / dev / "sched" / "batch").read_text()
+    return dict(kv.split("=", 1) for kv in text.split())
+
+
+def drop_caches() -> None:
+    sh("sync; echo 3 > /proc/sys/vm/drop_caches", check=False)
+
+
+def fio(jobfile: str | None = None, args: list[str] = (), timeout: float = 600) -> dict:
+    """Run fio with JSON output; returns the parsed report. Raises on a
+    non-zero exit (an I/O or verify error) with fio's stderr."""
+    cmd = ["fio", "--output-format=json"] + list(args)
+    if jobfile:
+        cmd.append(jobfile)
+    r = subprocess.run(cmd, text=True, capture_output=True, timeout=timeout)
+    if r.returncode:
+        raise RuntimeError(f"fio failed ({r.returncode}): {r.stderr.strip()[-1500:]}")
+    return parse_fio_json(r.stdout)
+
+
+def parse_fio_json(text: str) -> dict:
+    # fio may print notes before the JSON document.
+    start = text.find("{")
+    if start < 0:
+        raise RuntimeError("fio printed no JSON")
+    return json.loads(text[start:])
+
+
+def job_stats(report: dict, name: str) -> dict:
+    """Summary of one job: I/O count, IOPS, latencies in microseconds.
+    clat is from submission to completion; lat adds the submission time,
+    which is where a request waits when it cannot get a tag (under none,
+    most of the waiting happens there), so lat is the fair comparison."""
+    for job in report["jobs"]:
+        if job["jobname"] == name:
+            break
+    else:
+        raise KeyError(f"no job {name!r} in fio report")
+    out = {"ios": 0, "iops": 0.0, "errors": job.get("error", 0)}
+    lat_n = 0
+    lat_sum = 0.0
+    tot_n = 0
+    tot_sum = 0.0
+    p99 = 0.0
+    lat_max = 0.0
+    for d in ("read", "write"):
+        s = job[d]
+        n = s.get("total_ios", 0)
+        out["ios"] += n
+        out["iops"] += s.get("iops", 0.0)
+        clat = s.get("clat_ns", {})
+        if n and clat.get("N"):
+            lat_n += clat["N"]
+            lat_sum += clat["mean"] * clat["N"]
+            pct = clat.get("percentile", {})
+            p99 = max(p99, pct.get("99.000000", 0.0))
+        lat = s.get("lat_ns", {})
+        if n and lat.get("N"):
+            tot_n += lat["N"]
+            tot_sum += lat["mean"] * lat["N"]
+            lat_max = max(lat_max, lat.get("max", 0.0))
+    out["clat_mean_us"] = lat_sum / lat_n / 1000 if lat_n else 0.0
+    out["clat_p99_us"] = p99 / 1000
+    out["lat_mean_us"] = tot_sum / tot_n / 1000 if tot_n else 0.0
+    out["lat_max_us"] = lat_max / 1000
+    return out

@@ -1,0 +1,181 @@
+"""Boot a pinned kernel under QEMU with virtme-ng and run a command in it.
+
+The guest sees the host's root filesystem read-only over 9p, so the
+module built in the cache, fio and this package are all there; a
+read-write directory (the run directory) carries results, the exit code
+and the kernel log back. Disks are attached as virtio-blk devices backed
+by sparse files or NBD sockets; the guest finds them by serial.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from . import build, kernels, klog
+from .errors import PrismError
+
+REPO = build.REPO
+
+
+@dataclasses.dataclass
+class Disk:
+    serial: str          # the guest finds the disk by /sys/block/*/serial
+    path: Path | None = None   # a raw image file (sparse), or
+    nbd_socket: Path | None = None  # a host NBD server's unix socket
+    size_mb: int = 256
+
+    def qemu_opts(self, index: int) -> str:
+        drive_id = f"prismdisk{index}"
+        if self.nbd_socket:
+            file = f"nbd+unix:///?socket={self.nbd_socket}"
+            extra = ",cache=none"
+        else:
+            file = str(self.path)
+            extra = ""
+        # format=raw: else QEMU probes the format and guards block 0.
+        return (f"-drive file={file},if=none,id={drive_id},format=raw{extra} "
+                f"-device virtio-blk-pci,drive={drive_id},serial={self.serial}")
+
+
+@dataclasses.dataclass
+class VmResult:
+    returncode: int      # the guest command's exit code; -1 if it never ended
+    output: str          # console output (guest stdout/stderr)
+    dmesg: str           # the guest's kernel log at the end of the command
+    rundir: Path         # the read-write directory the guest wrote into
+    elapsed: float
+
+    @property
+    def log_problems(self) -> list[tuple[str, str]]:
+        return klog.problems(self.dmesg)
+
+
+def require_tools() -> None:
+    """Name the package that provides each missing tool."""
+    need = {"vng": "virtme-ng (pip install virtme-ng)",
+            "qemu-system-x86_64": "qemu-system-x86 (apt-get install qemu-system-x86)",
+            "kmod": "kmod (apt-get install kmod)",
+            "udevadm": "udev (apt-get install udev)"}
+    missing = [f"{tool}: install {pkg}" for tool, pkg in need.items()
+               if not shutil.which(tool)]
+    if missing:
+        raise PrismError("missing tools; " + "; ".join(missing))
+
+
+def kvm_usable() -> bool:
+    """Whether /dev/kvm can be opened. On the project's build machines it
+    opens but guests hang, so KVM is used only when asked for."""
+    try:
+        fd = os.open("/dev/kvm", os.O_RDWR)
+    except OSError:
+        return False
+    os.close(fd)
+    return True
+
+
+def new_rundir() -> Path:
+    base = kernels.cache_dir() / "vm"
+    base.mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(prefix="run-", dir=base))
+
+
+def _guest_script(command: str, rundir: Path, ko: Path | None) -> str:
+    env = {
+        "PRISM_RUNDIR": str(rundir),
+        "PRISM_REPO": str(REPO),
+        "PYTHONPATH": str(REPO),
+        "PYTHONDONTWRITEBYTECODE": "1",
+    }
+    if ko:
+        env["PRISM_KO"] = str(ko)
+    exports = "\n".join(f"export {k}={shlex.quote(v)}" for k, v in env.items())
+    return f"""#!/bin/bash
+{exports}
+cd "$PRISM_RUNDIR"
+bash -c {shlex.quote(command)}
+rc=$?
+echo "$rc" > "$PRISM_RUNDIR/rc"
+dmesg > "$PRISM_RUNDIR/dmesg.txt"
+sync
+exit "$rc"
+"""
+
+
+def run(k: kernels.Kernel, command: str, *, ko: Path | None = None,
+        disks: list[Disk] = (), memory: str = "2G", cpus: int = 2,
+        accel: str = "tcg", timeout: float = 1800, rundir: Path | None = None,
+        echo: bool = True) -> VmResult:
+    """Boot @k, run @command (bash) in the guest, return what happened."""
+    require_tools()
+    if not k.vmlinuz.exists():
+        raise PrismError(f"{k.vmlinuz} missing: run 'prism fetch --kernel {k.series}'")
+    rundir = rundir or new_rundir()
+    rundir.mkdir(parents=True, exist_ok=True)
+    for f in ("rc", "dmesg.txt"):
+        (rundir / f).unlink(missing_ok=True)
+    script = rundir / "guest.sh"
+    script.write_text(_guest_script(command, rundir, ko))
+    script.chmod(0o755)
+
+    qemu_opts = []
+    for i, d in enumerate(disks):
+        if d.path and not d.path.exists():
+            with open(d.path, "wb") as f:
+                f.truncate(d.size_mb << 20)
+        qemu_opts.append(d.qemu_opts(i))
+
+    cmd = ["vng", "--run", str(k.vmlinuz), "--force-9p", "--cpus", str(cpus),
+           "--memory", memory, f"--rwdir={rundir}", "--exec", str(script)]
+    if accel == "kvm":
+        if not kvm_usable():
+            raise PrismError("--accel kvm: /dev/kvm cannot be opened")
+    else:
+        cmd.insert(3, "--disable-kvm")
+    if qemu_opts:
+        # "=" form: the value starts with "-" and must not read as an option.
+        cmd.append("--qemu-opts=" + " ".join(qemu_opts))
+
+    start = time.monotonic()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            stdin=subprocess.DEVNULL, text=True, errors="replace",
+                            start_new_session=True, cwd=str(rundir))
+    lines = []
+    timed_out = False
+    try:
+        deadline = start + timeout
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.append(line)
+            if echo:
+                sys.stdout.write(line)
+                sys.stdout.flush()
+            if time.monotonic() > deadline:
+                timed_out = True
+                break
+        if not timed_out:
+            proc.wait(timeout=max(1, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        timed_out = True
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    elapsed = time.monotonic() - start
+
+    rc_file = rundir / "rc"
+    rc = int(rc_file.read_text().strip() or -1) if rc_file.exists() else -1
+    dmesg_file = rundir / "dmesg.txt"
+    dmesg = dmesg_file.read_text(errors="replace") if dmesg_file.exists() else ""
+    output = "".join(lines)
+    if timed_out:
+        output += f"\nprism: guest killed after {timeout:.0f} s\n"
+    return VmResult(rc, output, dmesg, rundir, elapsed)

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Install everything prism needs on a fresh Debian 12 machine (as root):
+# QEMU and virtme-ng to boot test kernels, fio, the toolchain bits Kbuild
+# uses, the pinned kernels (image + headers with apt, block/ from the
+# matching linux-source into the cache), and this Python package.
+# Safe to run again: what is there already is kept.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if [ "$(id -u)" != 0 ]; then
+	echo "scripts/setup.sh: run as root (it installs packages with apt)" >&2
+	exit 1
+fi
+
+export DEBIAN_FRONTEND=noninteractive
+APT_PACKAGES=(qemu-system-x86 kmod udev fio gcc make perl xz-utils pahole
+	busybox-static e2fsprogs util-linux procps)
+
+missing=()
+for p in "${APT_PACKAGES[@]}"; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
+		missing+=("$p")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+	echo "setup: installing ${missing[*]}"
+	apt-get update -q
+	apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+
+echo "setup: installing the prism Python package"
+# Debian's own python3 refuses pip installs (PEP 668) unless told otherwise.
+python3 -m pip install -q --root-user-action=ignore -e ".[test]" ||
+	python3 -m pip install -q --root-user-action=ignore --break-system-packages -e ".[test]"
+
+echo "setup: fetching the pinned kernels"
+python3 -m prism.cli fetch --kernel all

@@ -1,0 +1,13 @@
+import os
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+
+def pytest_addoption(parser):
+    parser.addoption("--kernels", default=os.environ.get("PRISM_TEST_KERNELS", "6.1,6.12"),
+                     help="comma-separated kernels for the VM tests (default 6.1,6.12)")
+    parser.addoption("--no-vm", action="store_true",
+                     help="skip the tests that boot kernels under QEMU")

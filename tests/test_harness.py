@@ -1,0 +1,125 @@
+"""Host-side tests of the harness and the module build: no VM needed."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from prism import build, cli, kernels, klog
+from prism.errors import PrismError
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def test_pins_match_the_supported_kernels():
+    assert set(kernels.KERNELS) == {"6.1", "6.12"}
+    k = kernels.get("6.12")
+    assert k.abi == "6.12.117+deb12-amd64" and k.version == "6.12.117-1~deb12u1"
+    k = kernels.get("6.1")
+    assert k.abi == "6.1.0-56-amd64" and k.version == "6.1.192-2"
+    # One place only: no other file of the harness spells a pinned version.
+    for py in (REPO / "prism").glob("*.py"):
+        if py.name != "kernels.py":
+            assert "6.12.117" not in py.read_text() and "6.1.192" not in py.read_text(), py
+
+
+def test_unknown_kernel_is_a_clear_error():
+    with pytest.raises(PrismError, match="supported: 6.1, 6.12"):
+        kernels.get("5.10")
+
+
+def test_pinned_version_not_offered_names_what_is(monkeypatch):
+    monkeypatch.setattr(kernels, "_ensure_apt_lists", lambda pkg: ["6.1.200-1", "6.1.199-1"])
+    with pytest.raises(PrismError) as e:
+        kernels.check_offered(kernels.get("6.1"), "linux-source-6.1")
+    assert "6.1.192-2" in str(e.value) and "offered: 6.1.200-1, 6.1.199-1" in str(e.value)
+
+
+def test_cache_is_outside_the_repo(monkeypatch, tmp_path):
+    monkeypatch.delenv("PRISM_CACHE", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert kernels.cache_dir() == tmp_path / "prism"
+    assert REPO not in kernels.cache_dir().parents
+
+
+@pytest.mark.parametrize("line,kind", [
+    ("[   12.3] WARNING: CPU: 1 PID: 77 at block/blk-mq.c:123 foo+0x1/0x2", "warning"),
+    ("[   12.3] BUG: kernel NULL pointer dereference, address: 0000000000000008", "bug"),
+    ("[   12.3] kernel BUG at block/elevator.c:55!", "bug"),
+    ("[   12.3] Oops: 0000 [#1] PREEMPT SMP NOPTI", "oops"),
+    ("[   12.3] WARNING: possible circular locking dependency detected", "lockdep"),
+    ("[  130.0] INFO: task fio:123 blocked for more than 120 seconds.", "hung task"),
+    ("[   12.3] watchdog: BUG: soft lockup - CPU#0 stuck for 22s!", "bug"),
+    ("[   12.3] list_del corruption. prev->next should be ffff", "list corruption"),
+])
+def test_klog_finds_problems(line, kind):
+    assert klog.problems("[    1.0] null_blk: module loaded\n" + line + "\n") == [(kind, line.strip())]
+
+
+def test_klog_clean_boot_log():
+    text = ("[    0.0] Linux version 6.12.117+deb12-amd64\n"
+            "[   10.7] prism_iosched: loading out-of-tree module taints kernel.\n"
+            "[   10.7] io scheduler prism registered\n"
+            "[   11.0] null_blk: disk nullb0 created\n")
+    assert klog.problems(text) == []
+
+
+def test_cli_errors_are_one_line(capsys):
+    assert cli.main(["build", "--kernel", "4.19", "--no-fetch"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("prism: error: unknown kernel")
+
+
+def test_cli_vm_needs_a_command(capsys, monkeypatch):
+    monkeypatch.setattr(build, "build", lambda k: Path("/nonexistent.ko"))
+    assert cli.main(["vm", "--kernel", "6.12"]) == 2
+    assert "nothing to run" in capsys.readouterr().err
+
+
+def test_cli_has_one_entry_point():
+    r = subprocess.run([sys.executable, "-m", "prism.cli", "--help"],
+                       capture_output=True, text=True, cwd=REPO)
+    assert r.returncode == 0
+    for sub in ("fetch", "build", "checkpatch", "vm", "selftest", "try"):
+        assert sub in r.stdout
+
+
+# The module build itself, for each supported kernel.
+
+@pytest.fixture(scope="session", params=sorted(kernels.KERNELS))
+def built(request):
+    k = kernels.get(request.param)
+    return k, build.build(k)
+
+
+def test_module_builds_without_warnings(built):
+    k, ko = built
+    assert ko.exists() and ko.stat().st_size > 10000
+    info = subprocess.run(["modinfo", "-F", "vermagic", str(ko)], capture_output=True,
+                          text=True).stdout
+    assert info.startswith(k.abi + " ")
+    lic = subprocess.run(["modinfo", "-F", "license", str(ko)], capture_output=True,
+                         text=True).stdout.strip()
+    assert lic == "GPL"
+
+
+def test_shallow_depth_meaning_detected_per_kernel(built):
+    """6.1 limits per sbitmap word, 6.12.117 the whole bitmap (a stable
+    backport): the build must tell from the source, not the version."""
+    k, ko = built
+    cmd = (ko.parent / ".prism_sched.o.cmd").read_text()
+    per_word = "-DPRISM_SHALLOW_DEPTH_PER_WORD" in cmd
+    assert per_word == (k.series == "6.1")
+
+
+def test_no_kernel_source_in_repo():
+    tracked = subprocess.run(["git", "ls-files"], capture_output=True, text=True,
+                             cwd=REPO).stdout.split()
+    assert not any(p.endswith(("elevator.h", "blk-mq.h", "checkpatch.pl", ".ko"))
+                   for p in tracked)
+
+
+def test_checkpatch_clean():
+    clean, report = build.run_checkpatch(kernels.get("6.12"))
+    assert clean, report
