@@ -88,11 +88,21 @@ def new_rundir() -> Path:
     return Path(tempfile.mkdtemp(prefix="run-", dir=base))
 
 
+def _guest_pythonpath(rundir: Path) -> Path:
+    """A copy of this package in the run directory for the guest to
+    import: the guest replaces /tmp and /var/tmp with empty ones, so a
+    checkout there (CI's, say) would not be visible in it."""
+    lib = rundir / "pylib"
+    shutil.rmtree(lib, ignore_errors=True)
+    shutil.copytree(REPO / "prism", lib / "prism",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    return lib
+
+
 def _guest_script(command: str, rundir: Path, ko: Path | None) -> str:
     env = {
         "PRISM_RUNDIR": str(rundir),
-        "PRISM_REPO": str(REPO),
-        "PYTHONPATH": str(REPO),
+        "PYTHONPATH": str(_guest_pythonpath(rundir)),
         "PYTHONDONTWRITEBYTECODE": "1",
     }
     if ko:
