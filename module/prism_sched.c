@@ -105,7 +105,11 @@ static inline void prism_rq_set_state(struct request *rq, unsigned long st)
 
 static inline enum prism_tier prism_rq_tier(struct request *rq)
 {
-	return (prism_rq_state(rq) & PRISM_RQ_TIER_MASK) >> PRISM_RQ_TIER_SHIFT;
+	unsigned long tier;
+
+	tier = (prism_rq_state(rq) & PRISM_RQ_TIER_MASK) >> PRISM_RQ_TIER_SHIFT;
+	/* Two bits hold three tiers: never index past the array. */
+	return tier < PRISM_NR_TIERS ? tier : PRISM_NORMAL;
 }
 
 static inline enum prism_dir prism_rq_dir(struct request *rq)
