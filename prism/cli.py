@@ -147,9 +147,9 @@ def _vm_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kernel", default="6.12", help="6.1, 6.12 (default) or all")
     p.add_argument("--memory", default="2G", help="guest memory (default 2G)")
     p.add_argument("--cpus", type=int, default=2, help="guest CPUs (default 2)")
-    p.add_argument("--accel", choices=("tcg", "kvm"), default="tcg",
-                   help="tcg (default; KVM guests hang on the project's build "
-                        "machines) or kvm on a host where it works")
+    p.add_argument("--accel", choices=("auto", "tcg", "kvm"), default="auto",
+                   help="auto (default): KVM if a probe boot works (cached per host "
+                        "kernel), TCG otherwise; or force one")
     p.add_argument("--timeout", type=float, default=1800,
                    help="kill the guest after this many seconds (default 1800)")
 

@@ -82,6 +82,34 @@ def kvm_usable() -> bool:
     return True
 
 
+def kvm_works(k: kernels.Kernel, timeout: float = 30) -> bool:
+    """Whether a KVM guest gets as far as printing the kernel banner. The
+    answer is cached per host kernel: on the project's build machines
+    /dev/kvm opens but guests hang, which only a boot can tell."""
+    if not kvm_usable():
+        return False
+    probe = kernels.cache_dir() / f"kvm-probe-{os.uname().release}"
+    if probe.exists():
+        return probe.read_text().strip() == "yes"
+    kernels.log(f"probing KVM (up to {timeout:.0f} s, once per host kernel)")
+    cmd = ["qemu-system-x86_64", "-accel", "kvm", "-M", "q35", "-m", "256M",
+           "-display", "none", "-serial", "stdio", "-no-reboot",
+           "-kernel", str(k.vmlinuz), "-append", "console=ttyS0 panic=-1"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            stdin=subprocess.DEVNULL, start_new_session=True)
+    ok = False
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+        ok = b"Linux version" in out
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+        ok = b"Linux version" in (out or b"")
+    probe.write_text("yes\n" if ok else "no\n")
+    kernels.log("KVM works" if ok else "KVM guests do not boot here; using TCG")
+    return ok
+
+
 def new_rundir() -> Path:
     base = kernels.cache_dir() / "vm"
     base.mkdir(parents=True, exist_ok=True)
@@ -122,7 +150,7 @@ exit "$rc"
 
 def run(k: kernels.Kernel, command: str, *, ko: Path | None = None,
         disks: list[Disk] = (), memory: str = "2G", cpus: int = 2,
-        accel: str = "tcg", timeout: float = 1800, rundir: Path | None = None,
+        accel: str = "auto", timeout: float = 1800, rundir: Path | None = None,
         echo: bool = True) -> VmResult:
     """Boot @k, run @command (bash) in the guest, return what happened."""
     require_tools()
@@ -145,6 +173,8 @@ def run(k: kernels.Kernel, command: str, *, ko: Path | None = None,
 
     cmd = ["vng", "--run", str(k.vmlinuz), "--force-9p", "--cpus", str(cpus),
            "--memory", memory, f"--rwdir={rundir}", "--exec", str(script)]
+    if accel == "auto":
+        accel = "kvm" if kvm_works(k) else "tcg"
     if accel == "kvm":
         if not kvm_usable():
             raise PrismError("--accel kvm: /dev/kvm cannot be opened")
