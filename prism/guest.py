@@ -27,7 +27,7 @@ def log(msg: str) -> None:
 
 
 def module_loaded(name: str = "prism_iosched") -> bool:
-    return Path("/sys/module") .joinpath(name).exists()
+    return (Path("/sys/module") / name).exists()
 
 
 def load_prism(ko: str | None = None) -> None:
@@ -162,10 +162,6 @@ def prism_batch(dev: str) -> dict[str, str]:
     mount_debugfs()
     text = (DEBUGFS / "block" / dev / "sched" / "batch").read_text()
     return dict(kv.split("=", 1) for kv in text.split())
-
-
-def drop_caches() -> None:
-    sh("sync; echo 3 > /proc/sys/vm/drop_caches", check=False)
 
 
 def fio(jobfile: str | None = None, args: list[str] = (), timeout: float = 600) -> dict:

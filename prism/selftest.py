@@ -214,12 +214,12 @@ def check_tunables(ctx) -> dict:
     return {"ok": not failures and restored, "failures": failures, "final": final}
 
 
-def contention_jobs(high: str, low: str, runtime: int) -> list[str]:
+def contention_jobs(dev: str, high: str, low: str, runtime: int) -> list[str]:
     # exitall: when the first job ends the other is stopped, so a starved
     # job cannot run on alone afterwards and have its numbers look fine.
     return ["--direct=1", "--ioengine=libaio", f"--runtime={runtime}", "--exitall",
             "--time_based=1", "--ramp_time=1", "--group_reporting=0",
-            f"--filename=/dev/{{dev}}",
+            f"--filename=/dev/{dev}",
             "--name=high"] + high.split() + ["--name=low"] + low.split()
 
 
@@ -243,8 +243,7 @@ def check_priority_latency(ctx) -> dict:
             g.set_scheduler(dev, sched)
             if sched != "none":
                 g.write_queue(dev, "nr_requests", SCHED_TAGS)
-            args = [a.replace("{dev}", dev) for a in contention_jobs(high, low, 6)]
-            rep_out = g.fio(args=args, timeout=300)
+            rep_out = g.fio(args=contention_jobs(dev, high, low, 6), timeout=300)
             hi = g.job_stats(rep_out, "high")
             lo = g.job_stats(rep_out, "low")
             rec = {"sched": sched, "rep": rep, "high": hi, "low": lo}
@@ -282,8 +281,7 @@ def check_aging(ctx) -> dict:
         g.set_scheduler(dev, "none")    # a fresh prism instance, fresh counters
         g.set_scheduler(dev, "prism", {"prio_aging_expire": aging_ms})
         g.write_queue(dev, "nr_requests", SCHED_TAGS)
-        args = [a.replace("{dev}", dev) for a in contention_jobs(high, low, 6)]
-        rep = g.fio(args=args, timeout=300)
+        rep = g.fio(args=contention_jobs(dev, high, low, 6), timeout=300)
         tiers = g.prism_tiers(dev)
         low_stats = g.job_stats(rep, "low")
         out[aging_ms] = {"low_ios": low_stats["ios"],
@@ -305,7 +303,7 @@ def check_aging(ctx) -> dict:
 
 def check_unload(ctx) -> dict:
     """rmmod is refused while prism is in use and clean after switching away."""
-    users = [d for d in (ctx["nullb"], ctx["nullb_verify"], ctx["virtio"])]
+    users = (ctx["nullb"], ctx["nullb_verify"], ctx["virtio"])
     g.set_scheduler(ctx["nullb"], "prism")
     busy = g.unload_prism()
     refused = busy.returncode != 0 and g.module_loaded()

@@ -4,7 +4,7 @@ The guest sees the host's root filesystem read-only over 9p, so the
 module built in the cache, fio and this package are all there; a
 read-write directory (the run directory) carries results, the exit code
 and the kernel log back. Disks are attached as virtio-blk devices backed
-by sparse files or NBD sockets; the guest finds them by serial.
+by sparse files; the guest finds them by serial.
 """
 
 from __future__ import annotations
@@ -29,20 +29,13 @@ REPO = build.REPO
 @dataclasses.dataclass
 class Disk:
     serial: str          # the guest finds the disk by /sys/block/*/serial
-    path: Path | None = None   # a raw image file (sparse), or
-    nbd_socket: Path | None = None  # a host NBD server's unix socket
+    path: Path           # a raw image file, created sparse if missing
     size_mb: int = 256
 
     def qemu_opts(self, index: int) -> str:
         drive_id = f"prismdisk{index}"
-        if self.nbd_socket:
-            file = f"nbd+unix:///?socket={self.nbd_socket}"
-            extra = ",cache=none"
-        else:
-            file = str(self.path)
-            extra = ""
         # format=raw: else QEMU probes the format and guards block 0.
-        return (f"-drive file={file},if=none,id={drive_id},format=raw{extra} "
+        return (f"-drive file={self.path},if=none,id={drive_id},format=raw "
                 f"-device virtio-blk-pci,drive={drive_id},serial={self.serial}")
 
 
@@ -166,7 +159,7 @@ def run(k: kernels.Kernel, command: str, *, ko: Path | None = None,
 
     qemu_opts = []
     for i, d in enumerate(disks):
-        if d.path and not d.path.exists():
+        if not d.path.exists():
             with open(d.path, "wb") as f:
                 f.truncate(d.size_mb << 20)
         qemu_opts.append(d.qemu_opts(i))
