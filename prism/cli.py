@@ -6,6 +6,8 @@
   prism vm --kernel 6.12 -- CMD     boot the kernel under QEMU, module at $PRISM_KO
   prism selftest --kernel 6.12      the in-VM check suite, one boot
   prism try --kernel 6.12           a short mixed-priority run: none vs prism
+  prism bench run --workload W ...  the benchmark: workloads x schedulers x reps
+  prism demo [--quick]              seed 000's database + backup, all five schedulers
 """
 
 from __future__ import annotations
@@ -13,9 +15,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from pathlib import Path
 
-from . import build, kernels, vm
+from . import bench, build, kernels, vm, workloads
 from .errors import PrismError
 
 DEVICES = ("nullb", "virtio")
@@ -143,6 +146,40 @@ def cmd_try(args) -> int:
     return 0 if res.returncode == 0 and clean else 1
 
 
+def cmd_bench_run(args) -> int:
+    bench.run(args)
+    return 0
+
+
+def cmd_bench_list(args) -> int:
+    for w in workloads.WORKLOADS.values():
+        print(f"{w.name:<18} seed {w.seed}: {w.description}")
+    return 0
+
+
+DEMO_OUT = "prism-results"
+
+
+def cmd_demo(args) -> int:
+    """Seed 000's comparison on nullb-ssd: set up what is missing, run,
+    print the table, write the report and plots."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    args.out = args.out or f"{DEMO_OUT}/demo-{'quick-' if args.quick else ''}{stamp}"
+    args.workload = "database_backup"
+    args.schedulers = bench.ALL_SCHEDULERS
+    args.device = "nullb-ssd"
+    args.force = False
+    if args.quick:
+        args.reps, args.runtime, args.ramp = 1, 3, 1
+    else:
+        args.reps, args.runtime, args.ramp = 3, 10, 2
+    for k in _kernels(args.kernel):
+        kernels.fetch(k)
+    cmd = "prism demo" + (" --quick" if args.quick else "") + f" --kernel {args.kernel}"
+    bench.run(args, command=cmd)
+    return 0
+
+
 def _vm_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kernel", default="6.12", help="6.1, 6.12 (default) or all")
     p.add_argument("--memory", default="2G", help="guest memory (default 2G)")
@@ -190,6 +227,35 @@ def parser() -> argparse.ArgumentParser:
     _vm_options(p)
     p.add_argument("--seconds", type=int, default=10, help="per scheduler (default 10)")
     p.set_defaults(func=cmd_try)
+
+    p = sub.add_parser("bench", help="benchmarks: prism bench run ..., prism bench list")
+    bsub = p.add_subparsers(dest="bench_cmd", required=True)
+    p = bsub.add_parser("list", help="the workloads")
+    p.set_defaults(func=cmd_bench_list)
+    p = bsub.add_parser("run", help="run workloads x schedulers x repetitions, interleaved")
+    _vm_options(p)
+    p.add_argument("--workload", required=True, help="comma list (see prism bench list); "
+                   "baselines a workload needs are added")
+    p.add_argument("--schedulers", default=bench.ALL_SCHEDULERS,
+                   help="comma list; variants as NAME:key=val,key=val "
+                        "(e.g. bfq:low_latency=0,slice_idle=0); default all five")
+    p.add_argument("--reps", type=int, default=5, help="repetitions (default 5)")
+    p.add_argument("--runtime", type=int, default=20, help="seconds per run (default 20)")
+    p.add_argument("--ramp", type=int, default=2, help="ramp seconds before measuring (default 2)")
+    p.add_argument("--device", default="nullb-ssd",
+                   help="a VM profile (" + ", ".join(bench.VM_PROFILES) + "; default nullb-ssd) "
+                        "or a real block device such as /dev/sdX (root, no VM)")
+    p.add_argument("--force", action="store_true",
+                   help="run on a real device even if it is mounted or holds data")
+    p.add_argument("--out", required=True, help="directory for the report")
+    p.set_defaults(func=cmd_bench_run)
+
+    p = sub.add_parser("demo", help="seed 000's database + backup across all five schedulers")
+    _vm_options(p)
+    p.add_argument("--quick", action="store_true",
+                   help="one short repetition: exercises the pipeline in a few minutes")
+    p.add_argument("--out", help=f"report directory (default {DEMO_OUT}/demo-<time>)")
+    p.set_defaults(func=cmd_demo)
     return ap
 
 

@@ -69,7 +69,9 @@ def nullb_configfs(name: str, *, depth: int = 4, completion_us: int = 500,
         sh("modprobe null_blk nr_devices=0", check=False)
     d = CONFIGFS / "nullb" / name
     d.mkdir(exist_ok=True)
-    settings = {"queue_mode": 2, "hw_queue_depth": depth, "irqmode": 2,
+    # irqmode 2 completes from a timer after completion_nsec; 0 at once.
+    settings = {"queue_mode": 2, "hw_queue_depth": depth,
+                "irqmode": 2 if completion_us else 0,
                 "completion_nsec": completion_us * 1000, "size": size_mb,
                 "memory_backed": int(memory_backed), "submit_queues": 1,
                 "poll_queues": 0}

@@ -60,3 +60,34 @@ def test_vm_guest_suite_exit(boot):
     res, results = boot
     assert res.returncode == 0, (f"guest suite exit {res.returncode}; failed: "
                                  + ", ".join(n for n, r in results.items() if not r.get("ok")))
+
+
+@pytest.mark.vm
+def test_bench_quick_end_to_end(request, tmp_path):
+    """prism bench run in one boot, all five schedulers, a short run each:
+    the whole pipeline from plan to report (its numbers are not asserted)."""
+    if request.config.getoption("--no-vm"):
+        pytest.skip("--no-vm")
+    import argparse
+
+    from prism import bench
+
+    series = [s.strip() for s in request.config.getoption("--kernels").split(",")]
+    kernel = "6.12" if "6.12" in series else series[0]
+    args = argparse.Namespace(kernel=kernel, workload="database_backup",
+                              schedulers=bench.ALL_SCHEDULERS, reps=1, runtime=2, ramp=1,
+                              device="nullb-ssd", force=False, out=str(tmp_path / "out"),
+                              accel="auto", timeout=1200, memory="2G", cpus=2)
+    summaries = bench.run(args, command="pytest quick bench")
+    out = tmp_path / "out"
+    doc = json.loads((out / "results.json").read_text())
+    assert len(doc["runs"]) == 2 * 5     # baseline + mix, five schedulers, one rep
+    assert {r["scheduler"] for r in doc["runs"]} == set(bench.KNOWN_SCHEDULERS)
+    for run in doc["runs"]:
+        assert run["device_util"] > 0
+        assert all(j["ios"] > 0 and j["errors"] == 0 for j in run["jobs"])
+    prism_runs = [r for r in doc["runs"] if r["scheduler"] == "prism"]
+    assert all(r["prism_tiers"]["high"]["inserted"] > 0 for r in prism_runs)
+    assert any(s["metrics"].get("isolation_ratio") for s in summaries)
+    assert (out / "report.md").exists() and (out / "results.csv").exists()
+    assert (out / f"{kernel}-database_backup-bars.png").exists()

@@ -1,0 +1,216 @@
+"""prism bench run / prism demo: plan a benchmark, run it in one VM boot
+per kernel (or on a real device), and write the report."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from . import build, kernels, report, vm, workloads
+from .benchrun import NULLB_PROFILES, VIRTIO_SERIAL, parse_scheduler
+from .errors import PrismError
+
+KNOWN_SCHEDULERS = ("none", "mq-deadline", "kyber", "bfq", "prism")
+ALL_SCHEDULERS = ",".join(KNOWN_SCHEDULERS)
+VM_PROFILES = tuple(NULLB_PROFILES) + ("virtio",)
+
+
+def parse_schedulers(text: str) -> list[str]:
+    """'none,bfq:low_latency=0,slice_idle=0,prism' -> three specs: a
+    key=value item without a scheduler name belongs to the one before."""
+    specs: list[str] = []
+    for item in [x.strip() for x in text.split(",") if x.strip()]:
+        if "=" in item and ":" not in item:
+            if not specs:
+                raise PrismError(f"tunable {item!r} comes before any scheduler")
+            specs[-1] += ("," if ":" in specs[-1] else ":") + item
+        else:
+            specs.append(item)
+    for spec in specs:
+        name, tunables = parse_scheduler(spec)
+        if name not in KNOWN_SCHEDULERS:
+            raise PrismError(f"unknown scheduler {name!r}; known: {', '.join(KNOWN_SCHEDULERS)}")
+        for key, val in tunables.items():
+            if not key or val == "":
+                raise PrismError(f"bad tunable in {spec!r}: write NAME=VALUE")
+    if not specs:
+        raise PrismError("no scheduler named")
+    if len(set(specs)) != len(specs):
+        raise PrismError("a scheduler variant is named twice")
+    return specs
+
+
+# --- real devices: refuse anything that holds data unless --force --------
+
+def _block_name(path: str) -> str:
+    return Path(os.path.realpath(path)).name
+
+
+def _partitions(name: str, sys_block: Path = Path("/sys/class/block")) -> list[str]:
+    d = sys_block / name
+    return [p.name for p in d.iterdir() if (p / "partition").exists()] if d.exists() else []
+
+
+def _holders(name: str, sys_block: Path = Path("/sys/class/block")) -> list[str]:
+    """Devices stacked on @name (dm, md, ...), recursively."""
+    out = []
+    h = sys_block / name / "holders"
+    if h.exists():
+        for p in h.iterdir():
+            out.append(p.name)
+            out += _holders(p.name, sys_block)
+    return out
+
+
+def device_users(name: str, mounts: str, swaps: str,
+                 related: list[str]) -> list[str]:
+    """What uses @name or a device in @related (its partitions and the
+    devices stacked on them): mount points and swap areas."""
+    names = {name, *related}
+    users = []
+    for line in mounts.splitlines():
+        f = line.split()
+        if len(f) >= 2 and f[0].startswith("/dev/") and _block_name(f[0]) in names:
+            users.append(f"{f[0]} mounted on {f[1]}")
+    for line in swaps.splitlines()[1:]:
+        f = line.split()
+        if f and f[0].startswith("/dev/") and _block_name(f[0]) in names:
+            users.append(f"{f[0]} is swap")
+    return users
+
+
+def signatures(path: str) -> list[str]:
+    """Filesystem, RAID or partition-table signatures blkid finds."""
+    if not shutil.which("blkid"):
+        raise PrismError("blkid not found: it is needed to check the device "
+                         "(apt-get install util-linux)")
+    r = subprocess.run(["blkid", "-p", "-o", "export", path], capture_output=True, text=True)
+    found = []
+    for line in r.stdout.splitlines():
+        key, _, val = line.partition("=")
+        if key in ("TYPE", "PTTYPE"):
+            found.append(f"{key.lower()} {val}")
+    return found
+
+
+def check_real_device(path: str, force: bool) -> None:
+    """Refuse a device that is mounted, part of a mounted stack, or holds
+    a filesystem or partition table, unless @force."""
+    if os.geteuid() != 0:
+        raise PrismError(f"benchmarking {path} needs root (it writes scheduler settings "
+                         "and reads raw blocks)")
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise PrismError(f"{path} does not exist") from None
+    if not stat.S_ISBLK(st.st_mode):
+        raise PrismError(f"{path} is not a block device")
+    name = _block_name(path)
+    related = _partitions(name) + _holders(name)
+    for part in _partitions(name):
+        related += _holders(part)
+    mounts = Path("/proc/mounts").read_text()
+    swaps = Path("/proc/swaps").read_text() if Path("/proc/swaps").exists() else ""
+    problems = device_users(name, mounts, swaps, related)
+    if related and not problems:
+        problems += [f"{path} has partitions or stacked devices: {', '.join(sorted(set(related)))}"]
+    problems += [f"{path} carries a {s}" for s in signatures(path)]
+    if problems and not force:
+        raise PrismError(f"refusing to benchmark {path}: " + "; ".join(problems)
+                         + ". The workloads write raw blocks only if a workload writes, "
+                         "but this tool will not risk a device in use; pass --force to "
+                         "run anyway")
+    for p in problems:
+        print(f"prism: warning: {p} (--force given)", file=sys.stderr)
+
+
+# --- running -----------------------------------------------------------
+
+def make_plan(args) -> dict:
+    return {"profile": "real" if args.device.startswith("/") else args.device,
+            "device": args.device if args.device.startswith("/") else None,
+            "workloads": [w.name for w in workloads.get(args.workload)],
+            "schedulers": parse_schedulers(args.schedulers),
+            "reps": args.reps, "runtime": args.runtime, "ramp": args.ramp}
+
+
+def validate(args) -> None:
+    if not shutil.which("fio"):
+        raise PrismError("fio not found (apt-get install fio)")
+    if args.reps < 1 or args.runtime < 1 or args.ramp < 0:
+        raise PrismError("--reps and --runtime must be at least 1, --ramp at least 0")
+    if args.device == "hdd" or args.device == "ssd-model":
+        raise PrismError(f"device profile {args.device!r} comes with the disk model "
+                         "(not built yet); profiles now: " + ", ".join(VM_PROFILES))
+    if not args.device.startswith("/") and args.device not in VM_PROFILES:
+        raise PrismError(f"unknown device {args.device!r}: a profile ("
+                         + ", ".join(VM_PROFILES) + ") or a /dev path")
+
+
+def run_in_vm(k: kernels.Kernel, plan: dict, args) -> tuple[Path, list[dict]]:
+    ko = build.build(k)
+    rundir = vm.new_rundir()
+    plan = dict(plan, ko=str(ko))
+    (rundir / "plan.json").write_text(json.dumps(plan, indent=1))
+    disks = []
+    if plan["profile"] == "virtio":
+        disks = [vm.Disk(serial=VIRTIO_SERIAL, path=rundir / "virtio.img", size_mb=4096)]
+    kernels.log(f"{k.series}: {len(plan['workloads']) * len(plan['schedulers']) * plan['reps']} "
+                f"runs in one boot; raw output in {rundir / 'bench'}")
+    res = vm.run(k, "python3 -m prism.benchrun --plan plan.json --out bench", ko=ko,
+                 disks=disks, memory="2G", rundir=rundir, accel=args.accel,
+                 timeout=args.timeout)
+    probs = res.log_problems
+    for kind, line in probs:
+        print(f"prism: kernel log: {kind}: {line}", file=sys.stderr)
+    if res.returncode != 0:
+        raise PrismError(f"benchmark on {k.series} failed (guest exit {res.returncode}); "
+                         f"see {rundir}")
+    if probs:
+        raise PrismError(f"benchmark on {k.series}: the kernel log reports problems "
+                         f"({rundir / 'dmesg.txt'})")
+    return rundir / "bench", report.collect(rundir / "bench", k.series)
+
+
+def run_on_device(plan: dict, args) -> tuple[Path, list[dict]]:
+    check_real_device(args.device, args.force)
+    out = Path(args.out) / "raw"
+    (Path(args.out)).mkdir(parents=True, exist_ok=True)
+    planfile = Path(args.out) / "plan.json"
+    planfile.write_text(json.dumps(plan, indent=1))
+    r = subprocess.run([sys.executable, "-m", "prism.benchrun", "--plan", str(planfile),
+                        "--out", str(out)])
+    if r.returncode:
+        raise PrismError(f"benchmark on {args.device} failed")
+    return out, report.collect(out, os.uname().release)
+
+
+def run(args, command: str | None = None) -> list[dict]:
+    validate(args)
+    plan = make_plan(args)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    command = command or "prism " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    started = time.monotonic()
+    runs: list[dict] = []
+    if plan["profile"] == "real":
+        raw, got = run_on_device(plan, args)
+        runs += got
+    else:
+        for k in [kernels.get(s) for s in args.kernel.split(",")]:
+            raw, got = run_in_vm(k, plan, args)
+            dest = out / "raw" / k.series
+            shutil.rmtree(dest, ignore_errors=True)
+            shutil.copytree(raw, dest)
+            runs += got
+    summaries = report.write_all(out, command, plan, runs)
+    print(report.headline(summaries, plan["workloads"][-1]))
+    kernels.log(f"report: {out / 'report.md'} ({(time.monotonic() - started) / 60:.1f} min)")
+    return summaries

@@ -1,0 +1,171 @@
+"""The benchmark runner: executes a plan (workloads x schedulers x
+repetitions, interleaved) on one device and leaves fio's JSON and
+per-second logs for each run. It runs inside the test VM for the device
+profiles, or on the host for a real device the user named.
+
+  python3 -m prism.benchrun --plan plan.json --out DIR
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+from . import guest as g
+from .workloads import WORKLOADS
+
+VIRTIO_SERIAL = "prism-virtio"
+
+# Device profiles made inside the VM. nullb-ssd: few slots and a long
+# enough service time that the device, not TCG's CPU, is the bottleneck;
+# nullb-cpu: no delay at all, so the scheduler's CPU cost is what shows.
+NULLB_PROFILES = {
+    "nullb-ssd": {"depth": 4, "completion_us": 500},
+    "nullb-cpu": {"depth": 64, "completion_us": 0},
+}
+NULLB_SIZE_MB = 4096
+
+
+def log(msg: str) -> None:
+    print(f"[bench] {msg}", flush=True)
+
+
+class Device:
+    """The device under test; reset() gives each run a fresh start."""
+
+    def __init__(self, profile: str, path: str | None):
+        self.profile = profile
+        self.path = path
+        self.name = ""
+
+    def reset(self) -> None:
+        if self.profile in NULLB_PROFILES:
+            # A fresh null_blk per run: nothing left over from the last one.
+            spec = NULLB_PROFILES[self.profile]
+            cfg = g.CONFIGFS / "nullb" / "bench"
+            if cfg.exists():
+                (cfg / "power").write_text("0\n")
+                cfg.rmdir()
+            self.name = g.nullb_configfs(
+                "bench", depth=spec["depth"], completion_us=spec["completion_us"],
+                size_mb=NULLB_SIZE_MB, memory_backed=False)
+        elif self.profile == "virtio":
+            self.name = g.disk_by_serial(VIRTIO_SERIAL)
+        else:
+            self.name = Path(os.path.realpath(self.path)).name
+        g.sh("sync; echo 3 > /proc/sys/vm/drop_caches", check=False)
+
+    @property
+    def dev(self) -> str:
+        return f"/dev/{self.name}"
+
+    def stat(self) -> list[int]:
+        return [int(x) for x in (g.SYS_BLOCK / self.name / "stat").read_text().split()]
+
+
+def parse_scheduler(spec: str) -> tuple[str, dict]:
+    """'bfq:low_latency=0,slice_idle=0' -> ('bfq', {...})."""
+    name, _, rest = spec.partition(":")
+    tunables = {}
+    for kv in filter(None, rest.split(",")):
+        k, _, v = kv.partition("=")
+        tunables[k] = v
+    return name, tunables
+
+
+def apply_scheduler(dev: str, spec: str) -> None:
+    name, tunables = parse_scheduler(spec)
+    available = g.schedulers(dev)[0]
+    if name in ("kyber", "bfq") and name not in available:
+        g.sh(f"modprobe {'kyber-iosched' if name == 'kyber' else 'bfq'}", check=False)
+        available = g.schedulers(dev)[0]
+    if name not in available:
+        raise SystemExit(f"bench: scheduler {name!r} is not offered by this kernel "
+                         f"for {dev} (offered: {', '.join(available)})")
+    g.set_scheduler(dev, name)
+    for key, val in tunables.items():
+        if not g.tunable_path(dev, key).exists():
+            raise SystemExit(f"bench: scheduler {name} has no tunable {key!r}")
+        err = g.write_tunable(dev, key, val)
+        if err:
+            raise SystemExit(f"bench: {name}: {key}={val} refused ({os.strerror(err)})")
+
+
+def run_one(run: dict, device: Device, plan: dict, rundir: Path) -> dict:
+    device.reset()
+    apply_scheduler(device.name, run["scheduler"])
+    rundir.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ, DEV=device.dev, RUNTIME=str(plan["runtime"]),
+               RAMP=str(plan["ramp"]))
+    before = device.stat()
+    t0 = time.monotonic()
+    cmd = ["fio", "--output-format=json", f"--output={rundir / 'fio.json'}",
+           f"--write_lat_log={rundir / 'log'}", f"--write_iops_log={rundir / 'log'}",
+           "--log_avg_msec=1000", str(WORKLOADS[run["workload"]].jobfile)]
+    r = subprocess.run(cmd, env=env, text=True, capture_output=True,
+                       timeout=plan["runtime"] + plan["ramp"] + 300)
+    wall = time.monotonic() - t0
+    after = device.stat()
+    if r.returncode:
+        raise SystemExit(f"bench: fio failed in run {rundir.name}: {r.stderr.strip()[-800:]}")
+    # Field 10 of /sys/block/<dev>/stat: milliseconds the device was busy.
+    util = min(1.0, (after[9] - before[9]) / (wall * 1000)) if wall > 0 else 0.0
+    meta = dict(run, device=device.dev, profile=device.profile, wall_s=round(wall, 2),
+                device_util=round(util, 4), kernel=os.uname().release)
+    if parse_scheduler(run["scheduler"])[0] == "prism":
+        meta["prism_tiers"] = g.prism_tiers(device.name)
+    (rundir / "meta.json").write_text(json.dumps(meta, indent=1))
+    return meta
+
+
+def schedule(plan: dict) -> list[dict]:
+    """Interleaved order: every scheduler once per workload per repetition,
+    so slow drift in the machine hits all schedulers alike."""
+    runs = []
+    for rep in range(plan["reps"]):
+        for workload in plan["workloads"]:
+            for sched in plan["schedulers"]:
+                runs.append({"rep": rep, "workload": workload, "scheduler": sched})
+    for i, run in enumerate(runs):
+        run["index"] = i
+        run["dir"] = f"{i:03d}-{run['workload']}-{run['scheduler'].replace(':', '_')}-r{run['rep']}"
+    return runs
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python3 -m prism.benchrun")
+    ap.add_argument("--plan", required=True)
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args(argv)
+    plan = json.loads(Path(args.plan).read_text())
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    if not shutil.which("fio"):
+        raise SystemExit("bench: fio not found (apt-get install fio)")
+    if plan.get("ko") and not g.module_loaded():
+        g.load_prism(plan["ko"])
+    g.mount_debugfs()
+    device = Device(plan["profile"], plan.get("device"))
+    runs = schedule(plan)
+    per_run = plan["runtime"] + plan["ramp"]
+    started = time.monotonic()
+    done = []
+    for run in runs:
+        elapsed = time.monotonic() - started
+        avg = elapsed / len(done) if done else per_run + 3
+        left = avg * (len(runs) - len(done))
+        log(f"run {run['index'] + 1}/{len(runs)}: {run['workload']} on {run['scheduler']}, "
+            f"rep {run['rep'] + 1}/{plan['reps']}; about {left / 60:.1f} min left")
+        done.append(run_one(run, device, plan, out / run["dir"]))
+    (out / "manifest.json").write_text(json.dumps({"plan": plan, "runs": done}, indent=1))
+    log(f"{len(done)} runs in {(time.monotonic() - started) / 60:.1f} min")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,236 @@
+"""Turn a benchmark's raw runs into results.json, results.csv, PNG plots
+and report.md.
+
+results.json schema (version 1):
+  {"schema": 1, "command": str, "created": ISO time, "plan": {...},
+   "runs": [{"kernel", "workload", "scheduler", "rep", "device",
+             "device_util", "wall_s", "prism_tiers"?,
+             "jobs": [job record, see stats.job_record; plus
+                      "isolation_ratio" for a workload's high job]}],
+   "summaries": [{"kernel", "workload", "scheduler", "job",
+                  "metrics": {name: {"n", "mean", "sd", "ci95", "min", "max"}}}]}
+Times are in microseconds, throughput in IOPS and KiB/s, CPU in percent
+of one CPU as fio reports it, device_util as a fraction of wall time.
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime
+import json
+from pathlib import Path
+
+from . import stats
+from .workloads import WORKLOADS
+
+SUMMARY_METRICS = ("iops", "bw_kib", "lat_mean_us", "clat_mean_us", "p50_us",
+                   "p95_us", "p99_us", "p99_9_us", "lat_max_us", "usr_cpu",
+                   "sys_cpu", "min_iops_1s", "isolation_ratio")
+
+
+def collect(raw: Path, kernel: str) -> list[dict]:
+    """Runs under @raw (one benchrun output directory) as records."""
+    manifest = json.loads((raw / "manifest.json").read_text())
+    runs = []
+    for meta in manifest["runs"]:
+        rundir = raw / meta["dir"]
+        fio_json = json.loads((rundir / "fio.json").read_text())
+        run = {k: meta[k] for k in ("workload", "scheduler", "rep", "device",
+                                    "device_util", "wall_s") if k in meta}
+        run["kernel"] = kernel
+        run["kernel_release"] = meta.get("kernel")
+        if "prism_tiers" in meta:
+            run["prism_tiers"] = meta["prism_tiers"]
+        run["jobs"] = stats.run_records(fio_json, rundir)
+        runs.append(run)
+    return runs
+
+
+def add_isolation(runs: list[dict]) -> None:
+    """isolation_ratio for each workload's high job: its P99 in this run
+    over the mean P99 of the same job alone (the workload's baseline),
+    same kernel and scheduler."""
+    alone: dict[tuple, list[float]] = {}
+    for r in runs:
+        for j in r["jobs"]:
+            alone.setdefault((r["kernel"], r["workload"], r["scheduler"], j["job"]),
+                             []).append(j["p99_us"])
+    for r in runs:
+        w = WORKLOADS.get(r["workload"])
+        if not w or not w.baseline or not w.high_job:
+            continue
+        base = alone.get((r["kernel"], w.baseline, r["scheduler"], w.high_job))
+        base_mean = stats.summarize(base or [])["mean"]
+        for j in r["jobs"]:
+            if j["job"] == w.high_job and base_mean and j["p99_us"]:
+                j["isolation_ratio"] = j["p99_us"] / base_mean
+
+
+def summarize(runs: list[dict]) -> list[dict]:
+    groups: dict[tuple, list[dict]] = {}
+    for r in runs:
+        for j in r["jobs"]:
+            groups.setdefault((r["kernel"], r["workload"], r["scheduler"], j["job"]),
+                              []).append(j)
+    out = []
+    for (kernel, workload, sched, job), recs in groups.items():
+        metrics = {m: stats.summarize([x.get(m) for x in recs if x.get(m) is not None])
+                   for m in SUMMARY_METRICS}
+        out.append({"kernel": kernel, "workload": workload, "scheduler": sched,
+                    "job": job, "metrics": {k: v for k, v in metrics.items() if v["n"]}})
+    return out
+
+
+def write_csv(path: Path, runs: list[dict]) -> None:
+    cols = ["kernel", "workload", "scheduler", "rep", "job", "ios", "iops", "bw_kib",
+            "lat_mean_us", "clat_mean_us", "p50_us", "p95_us", "p99_us", "p99_9_us",
+            "lat_max_us", "usr_cpu", "sys_cpu", "min_iops_1s", "isolation_ratio",
+            "device_util", "errors"]
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(cols)
+        for r in runs:
+            for j in r["jobs"]:
+                row = {**r, **j}
+                w.writerow(["" if row.get(c) is None else row.get(c) for c in cols])
+
+
+def _fmt(m: dict | None, scale: float = 1.0, digits: int = 0) -> str:
+    if not m or m.get("mean") is None:
+        return "-"
+    s = f"{m['mean'] / scale:,.{digits}f}"
+    if m.get("ci95") is not None:
+        s += f" ± {m['ci95'] / scale:,.{digits}f}"
+    return s
+
+
+def plots(out: Path, runs: list[dict], summaries: list[dict]) -> list[str]:
+    """Bar charts with 95% error bars (IOPS, P99, CPU) per workload, and
+    per-second latency of each workload's high job (first repetition)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    made = []
+    kernels = sorted({s["kernel"] for s in summaries})
+    for kernel in kernels:
+        for workload in sorted({s["workload"] for s in summaries if s["kernel"] == kernel}):
+            rows = [s for s in summaries if s["kernel"] == kernel and s["workload"] == workload]
+            scheds = list(dict.fromkeys(s["scheduler"] for s in rows))
+            jobs = list(dict.fromkeys(s["job"] for s in rows))
+            fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
+            for ax, (metric, label, scale) in zip(axes, [
+                    ("iops", "IOPS", 1), ("p99_us", "P99 latency (ms)", 1000),
+                    ("sys_cpu", "system CPU (%)", 1)]):
+                width = 0.8 / max(1, len(jobs))
+                for ji, job in enumerate(jobs):
+                    means, errs = [], []
+                    for sched in scheds:
+                        m = next((s["metrics"].get(metric) for s in rows
+                                  if s["scheduler"] == sched and s["job"] == job), None)
+                        means.append((m["mean"] / scale) if m else 0)
+                        errs.append((m["ci95"] / scale) if m and m.get("ci95") else 0)
+                    xs = [i + ji * width for i in range(len(scheds))]
+                    ax.bar(xs, means, width, yerr=errs, capsize=3, label=job)
+                ax.set_xticks([i + width * (len(jobs) - 1) / 2 for i in range(len(scheds))])
+                ax.set_xticklabels(scheds, rotation=20, fontsize=8)
+                ax.set_title(label)
+            axes[0].legend(fontsize=8)
+            fig.suptitle(f"{workload} on {kernel} (mean, 95% interval)")
+            fig.tight_layout()
+            name = f"{kernel}-{workload}-bars.png"
+            fig.savefig(out / name, dpi=90)
+            plt.close(fig)
+            made.append(name)
+
+            w = WORKLOADS.get(workload)
+            job = w.high_job if w and w.high_job else jobs[0]
+            fig, ax = plt.subplots(figsize=(8, 4))
+            for sched in scheds:
+                run = next((r for r in runs if r["kernel"] == kernel and r["workload"] == workload
+                            and r["scheduler"] == sched and r["rep"] == 0), None)
+                rec = next((j for j in run["jobs"] if j["job"] == job), None) if run else None
+                series = rec.get("lat_series_us") if rec else None
+                if series:
+                    ax.plot([t for t, _ in series], [v / 1000 for _, v in series], label=sched)
+            ax.set_xlabel("time (s)")
+            ax.set_ylabel(f"{job} mean latency per second (ms)")
+            ax.set_title(f"{workload} on {kernel}: latency over time (first repetition)")
+            ax.legend(fontsize=8)
+            fig.tight_layout()
+            name = f"{kernel}-{workload}-latency.png"
+            fig.savefig(out / name, dpi=90)
+            plt.close(fig)
+            made.append(name)
+    return made
+
+
+def report_md(out: Path, command: str, plan: dict, runs: list[dict],
+              summaries: list[dict], images: list[str]) -> str:
+    kernels = sorted({r["kernel_release"] or r["kernel"] for r in runs})
+    utils = [r["device_util"] for r in runs if r.get("device_util") is not None]
+    lines = [
+        "# prism bench report", "",
+        f"Command: `{command}`", "",
+        f"Kernel(s): {', '.join(kernels)}. Device profile: {plan['profile']}"
+        + (f" ({plan['device']})" if plan.get("device") else "")
+        + f". {plan['reps']} repetitions of {plan['runtime']} s after {plan['ramp']} s ramp,"
+        " schedulers interleaved. Figures: mean ± 95% interval over the repetitions.",
+        "",
+        f"Device utilisation over the runs: {min(utils):.0%} to {max(utils):.0%}"
+        " (busy time / wall time; below ~90% the device was not the bottleneck)."
+        if utils else "", "",
+        "Latency is submission + completion (fio `lat`), in ms.", "",
+    ]
+    for kernel in sorted({s["kernel"] for s in summaries}):
+        for workload in list(dict.fromkeys(s["workload"] for s in summaries)):
+            rows = [s for s in summaries if s["kernel"] == kernel and s["workload"] == workload]
+            if not rows:
+                continue
+            w = WORKLOADS.get(workload)
+            lines += [f"## {workload} ({kernel})", "",
+                      (f"Seed {w.seed}: {w.description}." if w else ""), "",
+                      "| scheduler | job | IOPS | mean latency | P99 | P99.9 | sys CPU % "
+                      "| worst second IOPS | isolation (P99 / alone) |",
+                      "|---|---|---|---|---|---|---|---|---|"]
+            for s in rows:
+                m = s["metrics"]
+                lines.append(f"| {s['scheduler']} | {s['job']} | {_fmt(m.get('iops'))} | "
+                             f"{_fmt(m.get('lat_mean_us'), 1000, 2)} | "
+                             f"{_fmt(m.get('p99_us'), 1000, 2)} | "
+                             f"{_fmt(m.get('p99_9_us'), 1000, 2)} | "
+                             f"{_fmt(m.get('sys_cpu'), 1, 1)} | {_fmt(m.get('min_iops_1s'))} | "
+                             f"{_fmt(m.get('isolation_ratio'), 1, 2)} |")
+            lines.append("")
+            for img in images:
+                if img.startswith(f"{kernel}-{workload}-"):
+                    lines.append(f"![{img}]({img})")
+            lines.append("")
+    text = "\n".join(lines)
+    (out / "report.md").write_text(text)
+    return text
+
+
+def write_all(out: Path, command: str, plan: dict, runs: list[dict]) -> list[dict]:
+    add_isolation(runs)
+    summaries = summarize(runs)
+    doc = {"schema": 1, "command": command,
+           "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+           "plan": plan, "runs": runs, "summaries": summaries}
+    (out / "results.json").write_text(json.dumps(doc, indent=1))
+    write_csv(out / "results.csv", runs)
+    images = plots(out, runs, summaries)
+    report_md(out, command, plan, runs, summaries, images)
+    return summaries
+
+
+def headline(summaries: list[dict], workload: str = "database_backup") -> str:
+    """A short table for the terminal: each scheduler's jobs of @workload."""
+    rows = [s for s in summaries if s["workload"] == workload]
+    out = [f"{'kernel':<7} {'scheduler':<22} {'job':<14} {'IOPS':>16} {'P99 ms':>16} {'isolation':>10}"]
+    for s in rows:
+        m = s["metrics"]
+        out.append(f"{s['kernel']:<7} {s['scheduler']:<22} {s['job']:<14} "
+                   f"{_fmt(m.get('iops')):>16} {_fmt(m.get('p99_us'), 1000, 2):>16} "
+                   f"{_fmt(m.get('isolation_ratio'), 1, 2):>10}")
+    return "\n".join(out)

@@ -1,0 +1,123 @@
+"""From fio's output to figures: per-job records of one run, and summaries
+(mean, standard deviation, 95% interval) over the repetitions."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from pathlib import Path
+
+# Two-sided 95% Student t quantiles by degrees of freedom; 1.96 past 30.
+_T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365,
+        8: 2.306, 9: 2.262, 10: 2.228, 11: 2.201, 12: 2.179, 13: 2.160,
+        14: 2.145, 15: 2.131, 16: 2.120, 17: 2.110, 18: 2.101, 19: 2.093,
+        20: 2.086, 25: 2.060, 30: 2.042}
+
+PERCENTILES = {"p50": "50.000000", "p95": "95.000000", "p99": "99.000000",
+               "p99_9": "99.900000"}
+
+
+def t95(df: int) -> float:
+    if df <= 0:
+        return float("nan")
+    if df in _T95:
+        return _T95[df]
+    if df > 30:
+        return 1.96
+    return _T95[max(k for k in _T95 if k <= df)]
+
+
+def summarize(values: list[float]) -> dict:
+    """mean, sd (sample), ci95 half-width, n, min, max; NaN-free input."""
+    vals = [float(v) for v in values if v is not None and not math.isnan(v)]
+    n = len(vals)
+    if n == 0:
+        return {"n": 0, "mean": None, "sd": None, "ci95": None, "min": None, "max": None}
+    mean = statistics.fmean(vals)
+    sd = statistics.stdev(vals) if n > 1 else 0.0
+    ci = t95(n - 1) * sd / math.sqrt(n) if n > 1 else None
+    return {"n": n, "mean": mean, "sd": sd, "ci95": ci, "min": min(vals), "max": max(vals)}
+
+
+def _merge_dirs(job: dict, key: str) -> dict:
+    """Latency stats of a job over reads and writes, weighted by count."""
+    parts = [job[d][key] for d in ("read", "write", "trim")
+             if d in job and job[d].get(key, {}).get("N")]
+    if not parts:
+        return {}
+    n = sum(p["N"] for p in parts)
+    out = {"N": n, "mean": sum(p["mean"] * p["N"] for p in parts) / n,
+           "max": max(p["max"] for p in parts)}
+    # Percentiles of a mixed job: the larger direction's, stated as such.
+    main = max(parts, key=lambda p: p["N"])
+    out["percentile"] = main.get("percentile", {})
+    return out
+
+
+def job_record(job: dict) -> dict:
+    """One fio job of one run: throughput, latency (us), CPU."""
+    ios = sum(job[d]["total_ios"] for d in ("read", "write") if d in job)
+    iops = sum(job[d]["iops"] for d in ("read", "write") if d in job)
+    bw = sum(job[d]["bw"] for d in ("read", "write") if d in job)  # KiB/s
+    # lat = submission + completion (under none much waiting is in
+    # submission, in tag allocation); its percentiles need lat_percentiles=1.
+    lat = _merge_dirs(job, "lat_ns")
+    clat = _merge_dirs(job, "clat_ns")
+    rec = {"job": job["jobname"], "ios": ios, "iops": iops, "bw_kib": bw,
+           "errors": job.get("error", 0),
+           "usr_cpu": job.get("usr_cpu", 0.0), "sys_cpu": job.get("sys_cpu", 0.0),
+           "prio": job.get("job options", {}).get("prio"),
+           "prioclass": job.get("job options", {}).get("prioclass")}
+    src = lat if lat.get("percentile") else clat
+    rec["lat_source"] = "lat" if src is lat else "clat"
+    rec["lat_mean_us"] = lat.get("mean", 0.0) / 1000 if lat else None
+    rec["clat_mean_us"] = clat.get("mean", 0.0) / 1000 if clat else None
+    rec["lat_max_us"] = src.get("max", 0.0) / 1000 if src else None
+    for name, key in PERCENTILES.items():
+        v = src.get("percentile", {}).get(key) if src else None
+        rec[f"{name}_us"] = v / 1000 if v is not None else None
+    return rec
+
+
+def read_log(path: Path) -> list[tuple[float, float]]:
+    """(seconds, value) per line of a fio per-interval log, directions
+    summed per interval (IOPS) or averaged (latency) by the caller."""
+    out = []
+    if not path.exists():
+        return out
+    for line in path.read_text().splitlines():
+        f = [x.strip() for x in line.split(",")]
+        if len(f) >= 2 and f[0].isdigit():
+            out.append((int(f[0]) / 1000.0, float(f[1])))
+    return out
+
+
+def per_second(points: list[tuple[float, float]], how: str) -> list[tuple[int, float]]:
+    """Bucket log points by whole second; 'sum' for IOPS, 'mean' for latency."""
+    buckets: dict[int, list[float]] = {}
+    for t, v in points:
+        buckets.setdefault(int(round(t)), []).append(v)
+    rows = []
+    for sec in sorted(buckets):
+        vals = buckets[sec]
+        rows.append((sec, sum(vals) if how == "sum" else statistics.fmean(vals)))
+    return rows
+
+
+def run_records(fio_json: dict, rundir: Path | None = None) -> list[dict]:
+    """Job records of one run, with per-second series when logs exist.
+    Logs are numbered by job order (log_lat.1.log is the first job)."""
+    recs = []
+    for i, job in enumerate(fio_json["jobs"], start=1):
+        rec = job_record(job)
+        if rundir is not None:
+            iops = per_second(read_log(rundir / f"log_iops.{i}.log"), "sum")
+            lat = per_second(read_log(rundir / f"log_lat.{i}.log"), "mean")
+            rec["iops_series"] = iops
+            rec["lat_series_us"] = [(t, v / 1000) for t, v in lat]
+            # Starvation: the worst whole second of the run (not the last,
+            # partial one) for this job.
+            full = [v for _, v in iops[:-1]] if len(iops) > 1 else [v for _, v in iops]
+            rec["min_iops_1s"] = min(full) if full else None
+        recs.append(rec)
+    return recs

@@ -1,0 +1,188 @@
+"""The benchmark toolkit on the host: parsing recorded fio output, the
+statistics, the report, scheduler specs and the real-device refusals."""
+
+import json
+import math
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from prism import bench, report, stats, workloads
+from prism.errors import PrismError
+
+DATA = Path(__file__).resolve().parent / "data" / "fio-run"
+
+
+@pytest.fixture(scope="module")
+def fio_json():
+    return json.loads((DATA / "fio.json").read_text())
+
+
+def test_job_record_matches_fio(fio_json):
+    recs = stats.run_records(fio_json, DATA)
+    assert [r["job"] for r in recs] == ["database_sim", "backup_sim"]
+    for rec, job in zip(recs, fio_json["jobs"]):
+        rd = job["read"]
+        assert rec["ios"] == rd["total_ios"] + job["write"]["total_ios"]
+        assert rec["iops"] == pytest.approx(rd["iops"])
+        assert rec["lat_source"] == "lat"  # lat_percentiles=1 in the job files
+        assert rec["p99_us"] == pytest.approx(rd["lat_ns"]["percentile"]["99.000000"] / 1000)
+        assert rec["p99_9_us"] == pytest.approx(rd["lat_ns"]["percentile"]["99.900000"] / 1000)
+        assert rec["lat_mean_us"] == pytest.approx(rd["lat_ns"]["mean"] / 1000)
+        assert rec["clat_mean_us"] == pytest.approx(rd["clat_ns"]["mean"] / 1000)
+        assert rec["sys_cpu"] == job["sys_cpu"] and rec["errors"] == 0
+        assert rec["prio"] == job["job options"]["prio"]
+
+
+def test_series_from_logs(fio_json):
+    recs = stats.run_records(fio_json, DATA)
+    lines = (DATA / "log_iops.1.log").read_text().splitlines()
+    expected = [(round(int(x.split(",")[0]) / 1000), float(x.split(",")[1])) for x in lines]
+    assert recs[0]["iops_series"] == expected
+    # The worst full second: the last, partial interval is not counted.
+    assert recs[0]["min_iops_1s"] == min(v for _, v in expected[:-1])
+    assert all(v > 0 for _, v in recs[0]["lat_series_us"])
+
+
+def test_summarize_known_values():
+    s = stats.summarize([1, 2, 3, 4, 5])
+    assert s["n"] == 5 and s["mean"] == 3
+    assert s["sd"] == pytest.approx(math.sqrt(2.5))
+    assert s["ci95"] == pytest.approx(2.776 * math.sqrt(2.5) / math.sqrt(5))
+    one = stats.summarize([7.0])
+    assert one["mean"] == 7.0 and one["sd"] == 0.0 and one["ci95"] is None
+    assert stats.summarize([])["mean"] is None
+    assert stats.summarize([1.0, float("nan"), 3.0])["n"] == 2
+
+
+def test_t_quantiles():
+    assert stats.t95(4) == 2.776
+    assert stats.t95(22) == 2.086       # the next smaller tabulated df
+    assert stats.t95(100) == 1.96
+    assert math.isnan(stats.t95(0))
+
+
+def _fake_run(workload, sched, rep, p99s):
+    return {"kernel": "6.12", "kernel_release": "6.12.x", "workload": workload,
+            "scheduler": sched, "rep": rep, "device_util": 0.9, "wall_s": 1,
+            "jobs": [{"job": j, "p99_us": v, "iops": 100.0} for j, v in p99s.items()]}
+
+
+def test_isolation_ratio_against_same_scheduler_baseline():
+    runs = [_fake_run("database_alone", "prism", 0, {"database_sim": 1000}),
+            _fake_run("database_alone", "prism", 1, {"database_sim": 3000}),
+            _fake_run("database_alone", "none", 0, {"database_sim": 500}),
+            _fake_run("database_backup", "prism", 0, {"database_sim": 4000, "backup_sim": 9}),
+            _fake_run("database_backup", "none", 0, {"database_sim": 4000, "backup_sim": 9})]
+    report.add_isolation(runs)
+    assert runs[3]["jobs"][0]["isolation_ratio"] == pytest.approx(2.0)   # 4000 / 2000
+    assert runs[4]["jobs"][0]["isolation_ratio"] == pytest.approx(8.0)   # 4000 / 500
+    assert "isolation_ratio" not in runs[3]["jobs"][1]                   # not the high job
+
+
+def test_report_from_recorded_run(tmp_path):
+    # Two runs built from the recorded one: a baseline and the mix.
+    raw = tmp_path / "raw"
+    metas = []
+    for i, (w, s) in enumerate([("database_alone", "prism"), ("database_backup", "prism")]):
+        d = raw / f"{i:03d}-{w}-{s}-r0"
+        shutil.copytree(DATA, d)
+        meta = json.loads((d / "meta.json").read_text())
+        meta.update(workload=w, scheduler=s, rep=0, dir=d.name)
+        metas.append(meta)
+    (raw / "manifest.json").write_text(json.dumps({"plan": {}, "runs": metas}))
+    runs = report.collect(raw, "6.12")
+    plan = {"profile": "nullb-ssd", "reps": 1, "runtime": 3, "ramp": 1,
+            "workloads": ["database_alone", "database_backup"], "schedulers": ["prism"]}
+    out = tmp_path / "out"
+    out.mkdir()
+    summaries = report.write_all(out, "prism bench run test", plan, runs)
+    doc = json.loads((out / "results.json").read_text())
+    assert doc["schema"] == 1 and doc["command"] == "prism bench run test"
+    assert len(doc["runs"]) == 2 and doc["summaries"]
+    mix = next(s for s in summaries if s["workload"] == "database_backup"
+               and s["job"] == "database_sim")
+    # The same recorded run as baseline and mix: isolation exactly 1.
+    assert mix["metrics"]["isolation_ratio"]["mean"] == pytest.approx(1.0)
+    rows = (out / "results.csv").read_text().splitlines()
+    assert len(rows) == 1 + 4 and rows[0].startswith("kernel,workload,scheduler")
+    md = (out / "report.md").read_text()
+    assert "prism bench run test" in md and "| prism | database_sim |" in md
+    for png in ("6.12-database_backup-bars.png", "6.12-database_backup-latency.png"):
+        assert (out / png).read_bytes()[:4] == b"\x89PNG"
+
+
+def test_workloads_add_their_baseline():
+    names = [w.name for w in workloads.get("database_backup")]
+    assert names == ["database_alone", "database_backup"]
+    for w in workloads.WORKLOADS.values():
+        text = w.jobfile.read_text()
+        assert f"Seed {w.seed}" in text and "${DEV}" in text
+    with pytest.raises(PrismError, match="unknown workload"):
+        workloads.get("nope")
+
+
+def test_scheduler_specs():
+    assert bench.parse_schedulers("none,bfq:low_latency=0,slice_idle=0,prism") == [
+        "none", "bfq:low_latency=0,slice_idle=0", "prism"]
+    assert bench.parse_schedulers("prism:prio_aging_expire=500") == [
+        "prism:prio_aging_expire=500"]
+    for bad, msg in [("noop", "unknown scheduler"), ("x=1,none", "before any scheduler"),
+                     ("prism:fifo_batch", "NAME=VALUE"), ("none,none", "twice")]:
+        with pytest.raises(PrismError, match=msg):
+            bench.parse_schedulers(bad)
+
+
+def test_device_users_sees_partitions_stacks_and_swap():
+    mounts = ("/dev/sdb1 /data ext4 rw 0 0\n/dev/mapper/vg-lv /srv xfs rw 0 0\n"
+              "proc /proc proc rw 0 0\n")
+    swaps = "Filename Type Size Used Priority\n/dev/sdc2 partition 100 0 -2\n"
+    assert bench.device_users("sdb", mounts, swaps, ["sdb1"]) == [
+        "/dev/sdb1 mounted on /data"]
+    assert bench.device_users("sdc", mounts, swaps, ["sdc2"]) == ["/dev/sdc2 is swap"]
+    assert bench.device_users("sdd", mounts, swaps, []) == []
+
+
+def test_refuses_what_is_not_a_block_device(tmp_path):
+    f = tmp_path / "file"
+    f.write_bytes(b"\0" * 4096)
+    with pytest.raises(PrismError, match="not a block device"):
+        bench.check_real_device(str(f), force=True)
+    with pytest.raises(PrismError, match="does not exist"):
+        bench.check_real_device(str(tmp_path / "missing"), force=False)
+
+
+def test_refuses_without_root(monkeypatch):
+    monkeypatch.setattr(bench.os, "geteuid", lambda: 1000)
+    with pytest.raises(PrismError, match="needs root"):
+        bench.check_real_device("/dev/null", force=False)
+
+
+@pytest.fixture
+def loopdev(tmp_path):
+    """A loop device over a file, if this machine can make one."""
+    img = tmp_path / "disk.img"
+    img.write_bytes(b"\0" * (16 << 20))
+    r = subprocess.run(["losetup", "-f", "--show", str(img)], capture_output=True, text=True)
+    if r.returncode:
+        pytest.skip(f"no loop devices here: {r.stderr.strip()}")
+    dev = r.stdout.strip()
+    yield dev, img
+    subprocess.run(["umount", str(tmp_path / "mnt")], capture_output=True)
+    subprocess.run(["losetup", "-d", dev], capture_output=True)
+
+
+def test_real_device_refusals(loopdev, tmp_path):
+    dev, img = loopdev
+    bench.check_real_device(dev, force=False)          # blank: accepted
+    subprocess.run(["mkfs.ext4", "-q", "-F", dev], check=True)
+    with pytest.raises(PrismError, match="carries a type ext4.*--force"):
+        bench.check_real_device(dev, force=False)
+    bench.check_real_device(dev, force=True)           # told to: goes ahead
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    if subprocess.run(["mount", dev, str(mnt)], capture_output=True).returncode == 0:
+        with pytest.raises(PrismError, match="mounted on"):
+            bench.check_real_device(dev, force=False)
