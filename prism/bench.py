@@ -113,6 +113,9 @@ def check_real_device(path: str, force: bool) -> None:
     if not stat.S_ISBLK(st.st_mode):
         raise PrismError(f"{path} is not a block device")
     name = _block_name(path)
+    if not Path(f"/sys/block/{name}/queue/scheduler").exists():
+        raise PrismError(f"{path} has no I/O scheduler of its own (a partition?): "
+                         "name the whole disk")
     related = _partitions(name) + _holders(name)
     for part in _partitions(name):
         related += _holders(part)
