@@ -25,7 +25,8 @@ from .workloads import WORKLOADS
 
 SUMMARY_METRICS = ("iops", "bw_kib", "lat_mean_us", "clat_mean_us", "p50_us",
                    "p95_us", "p99_us", "p99_9_us", "lat_max_us", "usr_cpu",
-                   "sys_cpu", "min_iops_1s", "isolation_ratio")
+                   "sys_cpu", "min_iops_1s", "isolation_ratio", "share",
+                   "share_dev", "share_mean_dev")
 
 
 def collect(raw: Path, kernel: str) -> list[dict]:
@@ -64,6 +65,28 @@ def add_isolation(runs: list[dict]) -> None:
         for j in r["jobs"]:
             if j["job"] == w.high_job and base_mean and j["p99_us"]:
                 j["isolation_ratio"] = j["p99_us"] / base_mean
+
+
+def add_shares(runs: list[dict]) -> None:
+    """For share workloads: each job's share of the run's IOPS, its ideal
+    share under proportional sharing by BE level (weight 8 - level), the
+    relative deviation, and the run's mean deviation (seed 002's figure),
+    kept on every job of the run so it is summarized with them."""
+    for r in runs:
+        w = WORKLOADS.get(r["workload"])
+        if not w or not w.share:
+            continue
+        total = sum(j["iops"] for j in r["jobs"])
+        weights = {j["job"]: 8 - int(j.get("prio") or 4) for j in r["jobs"]}
+        wsum = sum(weights.values())
+        devs = []
+        for j in r["jobs"]:
+            j["share"] = j["iops"] / total if total else 0.0
+            j["share_ideal"] = weights[j["job"]] / wsum
+            j["share_dev"] = abs(j["share"] - j["share_ideal"]) / j["share_ideal"]
+            devs.append(j["share_dev"])
+        for j in r["jobs"]:
+            j["share_mean_dev"] = sum(devs) / len(devs)
 
 
 def summarize(runs: list[dict]) -> list[dict]:
@@ -144,6 +167,27 @@ def plots(out: Path, runs: list[dict], summaries: list[dict]) -> list[str]:
             made.append(name)
 
             w = WORKLOADS.get(workload)
+            if w and w.share:
+                fig, ax = plt.subplots(figsize=(9, 4))
+                width = 0.8 / max(1, len(scheds))
+                for si, sched in enumerate(scheds):
+                    vals = [next((s["metrics"]["share"]["mean"] * 100 for s in rows
+                                  if s["scheduler"] == sched and s["job"] == job
+                                  and "share" in s["metrics"]), 0) for job in jobs]
+                    ax.bar([i + si * width for i in range(len(jobs))], vals, width, label=sched)
+                ideal = [100 * (8 - i) / 36 for i in range(len(jobs))]
+                ax.plot([i + width * (len(scheds) - 1) / 2 for i in range(len(jobs))], ideal,
+                        "k_", markersize=20, label="ideal")
+                ax.set_xticks([i + width * (len(scheds) - 1) / 2 for i in range(len(jobs))])
+                ax.set_xticklabels(jobs, rotation=20, fontsize=8)
+                ax.set_ylabel("share of total IOPS (%)")
+                ax.set_title(f"{workload} on {kernel}: shares by BE level")
+                ax.legend(fontsize=8)
+                fig.tight_layout()
+                name = f"{kernel}-{workload}-shares.png"
+                fig.savefig(out / name, dpi=90)
+                plt.close(fig)
+                made.append(name)
             job = w.high_job if w and w.high_job else jobs[0]
             fig, ax = plt.subplots(figsize=(8, 4))
             for sched in scheds:
@@ -202,6 +246,18 @@ def report_md(out: Path, command: str, plan: dict, runs: list[dict],
                              f"{_fmt(m.get('sys_cpu'), 1, 1)} | {_fmt(m.get('min_iops_1s'))} | "
                              f"{_fmt(m.get('isolation_ratio'), 1, 2)} |")
             lines.append("")
+            if w and w.share:
+                lines += ["Shares of the total IOPS against the ideal (weight 8 - BE level):", "",
+                          "| scheduler | mean deviation from ideal | "
+                          + " | ".join(s["job"] for s in rows if s["scheduler"] == rows[0]["scheduler"])
+                          + " |", "|---|---|" + "---|" * sum(
+                              1 for s in rows if s["scheduler"] == rows[0]["scheduler"])]
+                for sched in dict.fromkeys(s["scheduler"] for s in rows):
+                    jobs = [s for s in rows if s["scheduler"] == sched]
+                    lines.append(f"| {sched} | {_fmt(jobs[0]['metrics'].get('share_mean_dev'), 0.01, 0)} % | "
+                                 + " | ".join(_fmt(s["metrics"].get("share"), 0.01, 1) + " %"
+                                              for s in jobs) + " |")
+                lines.append("")
             for img in images:
                 if img.startswith(f"{kernel}-{workload}-"):
                     lines.append(f"![{img}]({img})")
@@ -213,6 +269,7 @@ def report_md(out: Path, command: str, plan: dict, runs: list[dict],
 
 def write_all(out: Path, command: str, plan: dict, runs: list[dict]) -> list[dict]:
     add_isolation(runs)
+    add_shares(runs)
     summaries = summarize(runs)
     doc = {"schema": 1, "command": command,
            "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),

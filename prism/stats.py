@@ -106,13 +106,21 @@ def per_second(points: list[tuple[float, float]], how: str) -> list[tuple[int, f
 
 def run_records(fio_json: dict, rundir: Path | None = None) -> list[dict]:
     """Job records of one run, with per-second series when logs exist.
-    Logs are numbered by job order (log_lat.1.log is the first job)."""
+    Logs are numbered by job in creation order (log_lat.1.log is the first
+    job); a JSON entry that group_reporting made of numjobs clones covers
+    that many consecutive logs, summed (IOPS) or averaged (latency)."""
     recs = []
-    for i, job in enumerate(fio_json["jobs"], start=1):
+    first = 1
+    for job in fio_json["jobs"]:
         rec = job_record(job)
+        clones = int(job.get("job options", {}).get("numjobs", 1))
+        logs = range(first, first + clones)
+        first += clones
         if rundir is not None:
-            iops = per_second(read_log(rundir / f"log_iops.{i}.log"), "sum")
-            lat = per_second(read_log(rundir / f"log_lat.{i}.log"), "mean")
+            iops = per_second([p for i in logs
+                               for p in read_log(rundir / f"log_iops.{i}.log")], "sum")
+            lat = per_second([p for i in logs
+                              for p in read_log(rundir / f"log_lat.{i}.log")], "mean")
             rec["iops_series"] = iops
             rec["lat_series_us"] = [(t, v / 1000) for t, v in lat]
             # Starvation: the worst whole second of the run (not the last,

@@ -20,6 +20,7 @@ class Workload:
     high_job: str | None = None      # latency-sensitive job (isolation ratio)
     low_job: str | None = None       # bulk job (starvation: its worst second)
     baseline: str | None = None      # workload running high_job alone
+    share: bool = False              # jobs compete for proportional shares by BE level
 
     @property
     def jobfile(self) -> Path:
@@ -34,14 +35,36 @@ WORKLOADS = {w.name: w for w in [
              baseline="database_alone"),
     Workload("database_alone", "000",
              "database_sim alone: the baseline for database_backup"),
+    Workload("cpq_standard", "001", "random 4 KiB, 70% reads / 30% writes, default priority"),
+    Workload("cpq_idle", "001", "the standard mix in the IDLE class"),
+    Workload("cpq_rt", "001", "the standard mix in the RT class"),
+    Workload("cpq_mixed", "001",
+             "random 4 KiB reads (active_reads) against 128 KiB sequential writes "
+             "(backup_writes)", high_job="active_reads", low_job="backup_writes",
+             baseline="cpq_mixed_alone"),
+    Workload("cpq_mixed_alone", "001", "active_reads alone: the baseline for cpq_mixed"),
+    Workload("cpq_app1", "001", "one thread, 4 KiB random reads, psync, depth 1"),
+    Workload("cpq_app2", "001",
+             "8 threads of 4 KiB random psync reads (app2) against 128 KiB sequential "
+             "writes (background_writes)", high_job="app2", low_job="background_writes",
+             baseline="cpq_app2_alone"),
+    Workload("cpq_app2_alone", "001", "app2 alone: the baseline for cpq_app2"),
+    Workload("share8", "002",
+             "eight sequential 128 KiB readers at BE 0..7; ideal share (8 - level) / 36",
+             share=True),
+    Workload("seqread_buffered", "003",
+             "sequential buffered 1 MiB reads through the page cache (hdparm -t)"),
 ]}
 
 
 def get(names: str) -> list[Workload]:
-    """Workloads named in a comma list, each baseline added (once) before
-    the workloads that need it."""
+    """Workloads named in a comma list ("all": every one), each baseline
+    added (once) before the workloads that need it."""
     out: list[Workload] = []
-    for name in [n.strip() for n in names.split(",") if n.strip()]:
+    wanted = [n.strip() for n in names.split(",") if n.strip()]
+    if wanted == ["all"]:
+        wanted = list(WORKLOADS)
+    for name in wanted:
         if name not in WORKLOADS:
             raise PrismError(f"unknown workload {name!r}; known: "
                              + ", ".join(sorted(WORKLOADS)))

@@ -186,3 +186,44 @@ def test_real_device_refusals(loopdev, tmp_path):
     if subprocess.run(["mount", dev, str(mnt)], capture_output=True).returncode == 0:
         with pytest.raises(PrismError, match="mounted on"):
             bench.check_real_device(dev, force=False)
+
+
+def test_shares_against_the_ideal():
+    jobs = [{"job": f"reader_be{i}", "prio": str(i), "iops": float(8 - i)} for i in range(8)]
+    run = {"kernel": "6.12", "workload": "share8", "scheduler": "prism", "rep": 0,
+           "jobs": jobs}
+    report.add_shares([run])
+    # IOPS exactly proportional to 8 - level: every share is ideal.
+    assert all(j["share"] == pytest.approx(j["share_ideal"]) for j in jobs)
+    assert jobs[0]["share_ideal"] == pytest.approx(8 / 36)
+    assert jobs[0]["share_mean_dev"] == pytest.approx(0.0)
+    equal = [{"job": f"reader_be{i}", "prio": str(i), "iops": 10.0} for i in range(8)]
+    report.add_shares([dict(run, jobs=equal)])
+    # Equal shares (1/8): BE0 gets 0.125 of an ideal 0.222 (44% short).
+    assert equal[0]["share_dev"] == pytest.approx(abs(0.125 - 8 / 36) / (8 / 36))
+    expected = sum(abs(0.125 - (8 - i) / 36) / ((8 - i) / 36) for i in range(8)) / 8
+    assert equal[0]["share_mean_dev"] == pytest.approx(expected)
+
+
+def test_all_workloads_have_job_files():
+    names = [w.name for w in workloads.get("all")]
+    assert set(names) == set(workloads.WORKLOADS)
+    for w in workloads.WORKLOADS.values():
+        if w.baseline:
+            assert names.index(w.baseline) < names.index(w.name)
+            base = w.baseline and workloads.WORKLOADS[w.baseline].jobfile.read_text()
+            assert f"[{w.high_job}]" in base and f"[{w.high_job}]" in w.jobfile.read_text()
+
+
+def test_grouped_jobs_take_their_clones_logs():
+    """group_reporting folds numjobs clones into one JSON entry; its series
+    must add up the clones' logs, and the next job's logs come after them."""
+    group = DATA.parent / "fio-group"
+    recs = stats.run_records(json.loads((group / "fio.json").read_text()), group)
+    assert [r["job"] for r in recs] == ["app2", "background_writes"]
+    clones = [stats.per_second(stats.read_log(group / f"log_iops.{i}.log"), "sum")
+              for i in range(1, 9)]
+    first_second = sum(c[0][1] for c in clones)
+    assert recs[0]["iops_series"][0][1] == pytest.approx(first_second)
+    assert recs[1]["iops_series"] == stats.per_second(
+        stats.read_log(group / "log_iops.9.log"), "sum")
