@@ -127,6 +127,13 @@ def _fmt(m: dict | None, scale: float = 1.0, digits: int = 0) -> str:
     return s
 
 
+def _save(plt, fig, out: Path, name: str, made: list[str]) -> None:
+    fig.tight_layout()
+    fig.savefig(out / name, dpi=90)
+    plt.close(fig)
+    made.append(name)
+
+
 def plots(out: Path, runs: list[dict], summaries: list[dict]) -> list[str]:
     """Bar charts with 95% error bars (IOPS, P99, CPU) per workload, and
     per-second latency of each workload's high job (first repetition)."""
@@ -160,11 +167,7 @@ def plots(out: Path, runs: list[dict], summaries: list[dict]) -> list[str]:
                 ax.set_title(label)
             axes[0].legend(fontsize=8)
             fig.suptitle(f"{workload} on {kernel} (mean, 95% interval)")
-            fig.tight_layout()
-            name = f"{kernel}-{workload}-bars.png"
-            fig.savefig(out / name, dpi=90)
-            plt.close(fig)
-            made.append(name)
+            _save(plt, fig, out, f"{kernel}-{workload}-bars.png", made)
 
             w = WORKLOADS.get(workload)
             if w and w.share:
@@ -175,19 +178,15 @@ def plots(out: Path, runs: list[dict], summaries: list[dict]) -> list[str]:
                                   if s["scheduler"] == sched and s["job"] == job
                                   and "share" in s["metrics"]), 0) for job in jobs]
                     ax.bar([i + si * width for i in range(len(jobs))], vals, width, label=sched)
-                ideal = [100 * (8 - i) / 36 for i in range(len(jobs))]
-                ax.plot([i + width * (len(scheds) - 1) / 2 for i in range(len(jobs))], ideal,
+                centres = [i + width * (len(scheds) - 1) / 2 for i in range(len(jobs))]
+                ax.plot(centres, [100 * (8 - i) / 36 for i in range(len(jobs))],
                         "k_", markersize=20, label="ideal")
-                ax.set_xticks([i + width * (len(scheds) - 1) / 2 for i in range(len(jobs))])
+                ax.set_xticks(centres)
                 ax.set_xticklabels(jobs, rotation=20, fontsize=8)
                 ax.set_ylabel("share of total IOPS (%)")
                 ax.set_title(f"{workload} on {kernel}: shares by BE level")
                 ax.legend(fontsize=8)
-                fig.tight_layout()
-                name = f"{kernel}-{workload}-shares.png"
-                fig.savefig(out / name, dpi=90)
-                plt.close(fig)
-                made.append(name)
+                _save(plt, fig, out, f"{kernel}-{workload}-shares.png", made)
             job = w.high_job if w and w.high_job else jobs[0]
             fig, ax = plt.subplots(figsize=(8, 4))
             for sched in scheds:
@@ -201,11 +200,7 @@ def plots(out: Path, runs: list[dict], summaries: list[dict]) -> list[str]:
             ax.set_ylabel(f"{job} mean latency per second (ms)")
             ax.set_title(f"{workload} on {kernel}: latency over time (first repetition)")
             ax.legend(fontsize=8)
-            fig.tight_layout()
-            name = f"{kernel}-{workload}-latency.png"
-            fig.savefig(out / name, dpi=90)
-            plt.close(fig)
-            made.append(name)
+            _save(plt, fig, out, f"{kernel}-{workload}-latency.png", made)
     return made
 
 
