@@ -43,7 +43,9 @@ class Device:
         self.path = path
         self.name = ""
 
-    def reset(self) -> None:
+    def reset(self, keep_data: bool = False) -> None:
+        """@keep_data: the run needs what it writes back (a filesystem), so
+        a null_blk device is made memory-backed."""
         if self.profile in NULLB_PROFILES:
             # A fresh null_blk per run: nothing left over from the last one.
             spec = NULLB_PROFILES[self.profile]
@@ -53,7 +55,7 @@ class Device:
                 cfg.rmdir()
             self.name = g.nullb_configfs(
                 "bench", depth=spec["depth"], completion_us=spec["completion_us"],
-                size_mb=NULLB_SIZE_MB, memory_backed=False)
+                size_mb=NULLB_SIZE_MB, memory_backed=keep_data)
         elif self.profile == "virtio":
             self.name = g.disk_by_serial(VIRTIO_SERIAL)
         else:
@@ -96,17 +98,40 @@ def apply_scheduler(dev: str, spec: str) -> None:
             raise SystemExit(f"bench: {name}: {key}={val} refused ({os.strerror(err)})")
 
 
+MOUNTPOINT = Path("/tmp/prism-bench-fs")
+
+
+def make_filesystem(device: Device) -> Path:
+    """A fresh ext4 on the device, mounted: for workloads that fsync."""
+    g.sh(f"mkfs.ext4 -q -F -E lazy_itable_init=0,lazy_journal_init=0 {device.dev}")
+    MOUNTPOINT.mkdir(parents=True, exist_ok=True)
+    g.sh(f"mount -t ext4 {device.dev} {MOUNTPOINT}")
+    return MOUNTPOINT
+
+
 def run_one(run: dict, device: Device, plan: dict, rundir: Path) -> dict:
-    device.reset()
+    workload = WORKLOADS[run["workload"]]
+    device.reset(keep_data=workload.filesystem)
     apply_scheduler(device.name, run["scheduler"])
     rundir.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, DEV=device.dev, RUNTIME=str(plan["runtime"]),
                RAMP=str(plan["ramp"]))
+    if workload.filesystem:
+        env["DIR"] = str(make_filesystem(device))
+    try:
+        return _measure(run, device, plan, rundir, env, workload)
+    finally:
+        if workload.filesystem:
+            g.sh(f"umount {MOUNTPOINT}", check=False)
+
+
+def _measure(run: dict, device: Device, plan: dict, rundir: Path, env: dict,
+             workload) -> dict:
     before = device.stat()
     t0 = time.monotonic()
     cmd = ["fio", "--output-format=json", f"--output={rundir / 'fio.json'}",
            f"--write_lat_log={rundir / 'log'}", f"--write_iops_log={rundir / 'log'}",
-           "--log_avg_msec=1000", str(WORKLOADS[run["workload"]].jobfile)]
+           "--log_avg_msec=1000", str(workload.jobfile)]
     r = subprocess.run(cmd, env=env, text=True, capture_output=True,
                        timeout=plan["runtime"] + plan["ramp"] + 300)
     wall = time.monotonic() - t0

@@ -26,7 +26,8 @@ from .workloads import WORKLOADS
 SUMMARY_METRICS = ("iops", "bw_kib", "lat_mean_us", "clat_mean_us", "p50_us",
                    "p95_us", "p99_us", "p99_9_us", "lat_max_us", "usr_cpu",
                    "sys_cpu", "min_iops_1s", "isolation_ratio", "share",
-                   "share_dev", "share_mean_dev")
+                   "share_dev", "share_mean_dev", "fsync_mean_us", "fsync_p50_us",
+                   "fsync_p99_us", "fsync_p99_9_us")
 
 
 def collect(raw: Path, kernel: str) -> list[dict]:
@@ -48,23 +49,22 @@ def collect(raw: Path, kernel: str) -> list[dict]:
 
 
 def add_isolation(runs: list[dict]) -> None:
-    """isolation_ratio for each workload's high job: its P99 in this run
-    over the mean P99 of the same job alone (the workload's baseline),
-    same kernel and scheduler."""
-    alone: dict[tuple, list[float]] = {}
-    for r in runs:
-        for j in r["jobs"]:
-            alone.setdefault((r["kernel"], r["workload"], r["scheduler"], j["job"]),
-                             []).append(j["p99_us"])
+    """isolation_ratio for each workload's high job: its figure (P99, or
+    the workload's own metric such as fsync P99) in this run over the mean
+    of the same figure alone (the workload's baseline), same kernel and
+    scheduler."""
     for r in runs:
         w = WORKLOADS.get(r["workload"])
         if not w or not w.baseline or not w.high_job:
             continue
-        base = alone.get((r["kernel"], w.baseline, r["scheduler"], w.high_job))
-        base_mean = stats.summarize(base or [])["mean"]
+        base = [j.get(w.metric) for b in runs
+                if (b["kernel"], b["workload"], b["scheduler"]) ==
+                (r["kernel"], w.baseline, r["scheduler"])
+                for j in b["jobs"] if j["job"] == w.high_job]
+        base_mean = stats.summarize([v for v in base if v is not None])["mean"]
         for j in r["jobs"]:
-            if j["job"] == w.high_job and base_mean and j["p99_us"]:
-                j["isolation_ratio"] = j["p99_us"] / base_mean
+            if j["job"] == w.high_job and base_mean and j.get(w.metric):
+                j["isolation_ratio"] = j[w.metric] / base_mean
 
 
 def add_shares(runs: list[dict]) -> None:
@@ -241,6 +241,18 @@ def report_md(out: Path, command: str, plan: dict, runs: list[dict],
                              f"{_fmt(m.get('sys_cpu'), 1, 1)} | {_fmt(m.get('min_iops_1s'))} | "
                              f"{_fmt(m.get('isolation_ratio'), 1, 2)} |")
             lines.append("")
+            fsync_rows = [s for s in rows if "fsync_p99_us" in s["metrics"]]
+            if fsync_rows:
+                lines += ["fsync latency (ms):", "",
+                          "| scheduler | job | mean | P50 | P99 | P99.9 |",
+                          "|---|---|---|---|---|---|"]
+                for s in fsync_rows:
+                    m = s["metrics"]
+                    lines.append(f"| {s['scheduler']} | {s['job']} | "
+                                 + " | ".join(_fmt(m.get(k), 1000, 2) for k in (
+                                     "fsync_mean_us", "fsync_p50_us", "fsync_p99_us",
+                                     "fsync_p99_9_us")) + " |")
+                lines.append("")
             if w and w.share:
                 lines += ["Shares of the total IOPS against the ideal (weight 8 - BE level):", "",
                           "| scheduler | mean deviation from ideal | "
@@ -257,9 +269,39 @@ def report_md(out: Path, command: str, plan: dict, runs: list[dict],
                 if img.startswith(f"{kernel}-{workload}-"):
                     lines.append(f"![{img}]({img})")
             lines.append("")
+    lines += family_tables(summaries)
     text = "\n".join(lines)
     (out / "report.md").write_text(text)
     return text
+
+
+def family_tables(summaries: list[dict]) -> list[str]:
+    """For a family of workloads varying one parameter (token_*): the high
+    job's throughput under each, and its spread (standard deviation of the
+    per-workload means, MB/s) per scheduler: seed 002's isolation figure."""
+    lines = []
+    families = {w.family for w in WORKLOADS.values() if w.family}
+    for fam in sorted(families):
+        members = [w for w in WORKLOADS.values() if w.family == fam]
+        for kernel in sorted({s["kernel"] for s in summaries}):
+            rows = {(s["workload"], s["scheduler"]): s for s in summaries
+                    if s["kernel"] == kernel and s["job"] == members[0].high_job
+                    and s["workload"] in {w.name for w in members}}
+            present = [w for w in members if any(k[0] == w.name for k in rows)]
+            if len(present) < 2:
+                continue
+            job = members[0].high_job
+            lines += [f"## {fam} family ({kernel}): {job} throughput in MB/s", "",
+                      "| scheduler | " + " | ".join(w.name for w in present)
+                      + " | spread (sd, MB/s) |", "|---|" + "---|" * (len(present) + 1)]
+            for sched in dict.fromkeys(k[1] for k in rows):
+                means = [rows[(w.name, sched)]["metrics"]["bw_kib"]["mean"] / 1024
+                         for w in present if (w.name, sched) in rows]
+                spread = stats.summarize(means)["sd"]
+                lines.append(f"| {sched} | " + " | ".join(f"{m:,.1f}" for m in means)
+                             + f" | {spread:,.1f} |")
+            lines.append("")
+    return lines
 
 
 def write_all(out: Path, command: str, plan: dict, runs: list[dict]) -> list[dict]:

@@ -76,6 +76,15 @@ def job_record(job: dict) -> dict:
     for name, key in PERCENTILES.items():
         v = src.get("percentile", {}).get(key) if src else None
         rec[f"{name}_us"] = v / 1000 if v is not None else None
+    # fsync calls (fio's fsync=N): their own latency distribution.
+    sync = job.get("sync", {})
+    sync_lat = sync.get("lat_ns", {})
+    if sync.get("total_ios") and sync_lat.get("N"):
+        rec["fsyncs"] = sync["total_ios"]
+        rec["fsync_mean_us"] = sync_lat["mean"] / 1000
+        for name, key in PERCENTILES.items():
+            v = sync_lat.get("percentile", {}).get(key)
+            rec[f"fsync_{name}_us"] = v / 1000 if v is not None else None
     return rec
 
 

@@ -21,6 +21,9 @@ class Workload:
     low_job: str | None = None       # bulk job (starvation: its worst second)
     baseline: str | None = None      # workload running high_job alone
     share: bool = False              # jobs compete for proportional shares by BE level
+    filesystem: bool = False         # runs in a fresh ext4 on the device (job files use DIR)
+    metric: str = "p99_us"           # the high job's figure the isolation ratio compares
+    family: str | None = None        # workloads varying one parameter (token_*)
 
     @property
     def jobfile(self) -> Path:
@@ -52,6 +55,17 @@ WORKLOADS = {w.name: w for w in [
     Workload("share8", "002",
              "eight sequential 128 KiB readers at BE 0..7; ideal share (8 - level) / 36",
              share=True),
+    Workload("fsync_isolation", "002",
+             "appender (4 KiB + fsync each, BE0) against bulk_writer (1024 random "
+             "4 KiB writes + fsync, BE7) on ext4", high_job="appender",
+             low_job="bulk_writer", baseline="fsync_alone", filesystem=True,
+             metric="fsync_p99_us"),
+    Workload("fsync_alone", "002", "appender alone: the baseline for fsync_isolation",
+             filesystem=True),
+    *[Workload(f"token_b{size}", "002",
+               f"sequential reader_a (BE2) against runs_b reading {size} runs at random "
+               "(BE7)", high_job="reader_a", low_job="runs_b", family="token")
+      for size in ("4k", "64k", "1m", "16m")],
     Workload("seqread_buffered", "003",
              "sequential buffered 1 MiB reads through the page cache (hdparm -t)"),
 ]}

@@ -119,7 +119,8 @@ def test_workloads_add_their_baseline():
     assert names == ["database_alone", "database_backup"]
     for w in workloads.WORKLOADS.values():
         text = w.jobfile.read_text()
-        assert f"Seed {w.seed}" in text and "${DEV}" in text
+        assert f"Seed {w.seed}" in text
+        assert ("${DIR}" if w.filesystem else "${DEV}") in text
     with pytest.raises(PrismError, match="unknown workload"):
         workloads.get("nope")
 
@@ -227,3 +228,28 @@ def test_grouped_jobs_take_their_clones_logs():
     assert recs[0]["iops_series"][0][1] == pytest.approx(first_second)
     assert recs[1]["iops_series"] == stats.per_second(
         stats.read_log(group / "log_iops.9.log"), "sum")
+
+
+def test_fsync_latency_and_isolation_use_the_sync_figures(fio_json):
+    job = json.loads(json.dumps(fio_json["jobs"][0]))
+    job["sync"] = {"total_ios": 50, "lat_ns": {"N": 50, "mean": 4e6, "max": 9e6, "percentile": {
+        "50.000000": 3e6, "95.000000": 6e6, "99.000000": 8e6, "99.900000": 9e6}}}
+    rec = stats.job_record(job)
+    assert rec["fsyncs"] == 50 and rec["fsync_p99_us"] == 8000 and rec["fsync_mean_us"] == 4000
+    alone = _fake_run("fsync_alone", "prism", 0, {"appender": 1})
+    alone["jobs"][0]["fsync_p99_us"] = 2000
+    mix = _fake_run("fsync_isolation", "prism", 0, {"appender": 1, "bulk_writer": 1})
+    mix["jobs"][0]["fsync_p99_us"] = 5000
+    report.add_isolation([alone, mix])
+    assert mix["jobs"][0]["isolation_ratio"] == pytest.approx(2.5)
+
+
+def test_token_family_spread():
+    def summary(workload, sched, mbps):
+        return {"kernel": "6.12", "workload": workload, "scheduler": sched, "job": "reader_a",
+                "metrics": {"bw_kib": stats.summarize([mbps * 1024])}}
+    sums = [summary("token_b4k", "none", 200), summary("token_b64k", "none", 100),
+            summary("token_b4k", "prism", 150), summary("token_b64k", "prism", 150)]
+    text = "\n".join(report.family_tables(sums))
+    assert "| none | 200.0 | 100.0 | 70.7 |" in text      # sd of 200 and 100
+    assert "| prism | 150.0 | 150.0 | 0.0 |" in text
