@@ -75,13 +75,14 @@ def _batches(model, order, rng, batches=60, depth=32, span=None):
     for _ in range(batches):
         reqs = [rng.randrange(0, span - 8) for _ in range(depth)]
         if order == "clook":
+            # Upwards from the head's cylinder, then wrap (an SSD: by LBA).
             head = getattr(model, "cyl", 0)
             pos = [(model.locate(r)[0] if hasattr(model, "locate") else r, r) for r in reqs]
             up = sorted(p for p in pos if p[0] >= head)
             down = sorted(p for p in pos if p[0] < head)
             reqs = [r for _, r in up + down]
         for r in reqs:
-            _, t = model.service(r, 8, t) if isinstance(model, HddModel) else model.service(r, 8, t)
+            _, t = model.service(r, 8, t)
     return batches * depth / t
 
 
