@@ -57,6 +57,18 @@ static struct prism_tunables defaults(void)
 	return t;
 }
 
+/*
+ * The locals a prism_choose() test starts from: default tunables, empty
+ * queues, no batch open.
+ */
+#define CHOOSE_SETUP							\
+	struct prism_tunables t = defaults();				\
+	struct prism_tier_view v[PRISM_NR_TIERS];			\
+	struct prism_batch b;						\
+	struct prism_choice c;						\
+	view_clear(v);							\
+	prism_batch_reset(&b)
+
 static void view_clear(struct prism_tier_view v[PRISM_NR_TIERS])
 {
 	memset(v, 0, sizeof(struct prism_tier_view) * PRISM_NR_TIERS);
@@ -132,25 +144,13 @@ TEST(tunables_valid_rejects_crossed_cutoffs)
 
 TEST(empty_queues_choose_nothing)
 {
-	struct prism_tunables t = defaults();
-	struct prism_tier_view v[PRISM_NR_TIERS];
-	struct prism_batch b;
-	struct prism_choice c;
-
-	view_clear(v);
-	prism_batch_reset(&b);
+	CHOOSE_SETUP;
 	CHECK(!prism_choose(v, &b, &t, 1000, &c));
 }
 
 TEST(strict_priority_high_normal_low)
 {
-	struct prism_tunables t = defaults();
-	struct prism_tier_view v[PRISM_NR_TIERS];
-	struct prism_batch b;
-	struct prism_choice c;
-
-	view_clear(v);
-	prism_batch_reset(&b);
+	CHOOSE_SETUP;
 	view_set(v, PRISM_LOW, PRISM_READ, 5, 100);
 	view_set(v, PRISM_NORMAL, PRISM_READ, 5, 200);
 	view_set(v, PRISM_HIGH, PRISM_WRITE, 1, 300);
@@ -171,14 +171,9 @@ TEST(strict_priority_high_normal_low)
 
 TEST(aging_serves_lower_tier_after_expire)
 {
-	struct prism_tunables t = defaults();
-	struct prism_tier_view v[PRISM_NR_TIERS];
-	struct prism_batch b;
-	struct prism_choice c;
+	CHOOSE_SETUP;
 	unsigned long arrival = 1000;
 
-	view_clear(v);
-	prism_batch_reset(&b);
 	view_set(v, PRISM_HIGH, PRISM_READ, 8, 5000);
 	view_set(v, PRISM_LOW, PRISM_READ, 1, arrival);
 
@@ -198,13 +193,7 @@ TEST(aging_serves_lower_tier_after_expire)
 
 TEST(aging_picks_the_oldest_of_several)
 {
-	struct prism_tunables t = defaults();
-	struct prism_tier_view v[PRISM_NR_TIERS];
-	struct prism_batch b;
-	struct prism_choice c;
-
-	view_clear(v);
-	prism_batch_reset(&b);
+	CHOOSE_SETUP;
 	view_set(v, PRISM_HIGH, PRISM_READ, 8, 9000);
 	view_set(v, PRISM_NORMAL, PRISM_WRITE, 2, 200);
 	view_set(v, PRISM_LOW, PRISM_READ, 2, 100);
@@ -224,14 +213,9 @@ TEST(aging_picks_the_oldest_of_several)
 
 TEST(aging_zero_disables)
 {
-	struct prism_tunables t = defaults();
-	struct prism_tier_view v[PRISM_NR_TIERS];
-	struct prism_batch b;
-	struct prism_choice c;
+	CHOOSE_SETUP;
 
 	t.prio_aging_expire = 0;
-	view_clear(v);
-	prism_batch_reset(&b);
 	view_set(v, PRISM_HIGH, PRISM_READ, 8, 1000000);
 	view_set(v, PRISM_LOW, PRISM_READ, 1, 0);
 	CHECK(prism_choose(v, &b, &t, 1000000, &c));
@@ -240,14 +224,9 @@ TEST(aging_zero_disables)
 
 TEST(aging_survives_jiffies_wrap)
 {
-	struct prism_tunables t = defaults();
-	struct prism_tier_view v[PRISM_NR_TIERS];
-	struct prism_batch b;
-	struct prism_choice c;
+	CHOOSE_SETUP;
 	unsigned long arrival = (unsigned long)-100;	/* just before wrap */
 
-	view_clear(v);
-	prism_batch_reset(&b);
 	view_set(v, PRISM_HIGH, PRISM_READ, 8, 5);
 	view_set(v, PRISM_LOW, PRISM_READ, 1, arrival);
 	CHECK(prism_choose(v, &b, &t, arrival + 50, &c));
@@ -258,14 +237,9 @@ TEST(aging_survives_jiffies_wrap)
 
 TEST(batch_continues_up_to_fifo_batch)
 {
-	struct prism_tunables t = defaults();
-	struct prism_tier_view v[PRISM_NR_TIERS];
-	struct prism_batch b;
-	struct prism_choice c;
+	CHOOSE_SETUP;
 	unsigned int i;
 
-	view_clear(v);
-	prism_batch_reset(&b);
 	view_set(v, PRISM_NORMAL, PRISM_READ, 100, 10);
 	for (i = 1; i <= t.fifo_batch; i++) {
 		CHECK(prism_choose(v, &b, &t, 20, &c));
@@ -279,13 +253,7 @@ TEST(batch_continues_up_to_fifo_batch)
 
 TEST(higher_tier_breaks_a_batch)
 {
-	struct prism_tunables t = defaults();
-	struct prism_tier_view v[PRISM_NR_TIERS];
-	struct prism_batch b;
-	struct prism_choice c;
-
-	view_clear(v);
-	prism_batch_reset(&b);
+	CHOOSE_SETUP;
 	view_set(v, PRISM_LOW, PRISM_READ, 100, 10);
 	CHECK(prism_choose(v, &b, &t, 20, &c));
 	CHECK(prism_choose(v, &b, &t, 20, &c));
@@ -300,13 +268,7 @@ TEST(higher_tier_breaks_a_batch)
 
 TEST(expired_fifo_head_starts_the_batch)
 {
-	struct prism_tunables t = defaults();
-	struct prism_tier_view v[PRISM_NR_TIERS];
-	struct prism_batch b;
-	struct prism_choice c;
-
-	view_clear(v);
-	prism_batch_reset(&b);
+	CHOOSE_SETUP;
 	view_set(v, PRISM_NORMAL, PRISM_READ, 3, 100);
 	CHECK(prism_choose(v, &b, &t, 100 + t.fifo_expire[PRISM_READ] - 1, &c));
 	CHECK_EQ(c.take, PRISM_TAKE_NEXT);
@@ -320,15 +282,10 @@ TEST(expired_fifo_head_starts_the_batch)
 
 TEST(writes_starved_limits_read_preference)
 {
-	struct prism_tunables t = defaults();
-	struct prism_tier_view v[PRISM_NR_TIERS];
-	struct prism_batch b;
-	struct prism_choice c;
+	CHOOSE_SETUP;
 	int reads = 0, i;
 
 	t.fifo_batch = 1;	/* every choice starts a new batch */
-	view_clear(v);
-	prism_batch_reset(&b);
 	view_set(v, PRISM_NORMAL, PRISM_READ, 100, 10);
 	view_set(v, PRISM_NORMAL, PRISM_WRITE, 100, 10);
 	/* mq-deadline: writes_starved read batches, then one write batch. */
