@@ -14,7 +14,8 @@ import time
 from pathlib import Path
 
 from . import build, kernels, report, vm, workloads
-from .benchrun import NULLB_PROFILES, VIRTIO_SERIAL, parse_scheduler
+from .benchrun import NULLB_PROFILES, parse_scheduler
+from .guest import VIRTIO_SERIAL
 from .errors import PrismError
 
 KNOWN_SCHEDULERS = ("none", "mq-deadline", "kyber", "bfq", "prism")

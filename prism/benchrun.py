@@ -19,7 +19,6 @@ from pathlib import Path
 from . import guest as g
 from .workloads import WORKLOADS
 
-VIRTIO_SERIAL = "prism-virtio"
 
 # Device profiles made inside the VM. nullb-ssd: few slots and a long
 # enough service time that the device, not TCG's CPU, is the bottleneck;
@@ -57,7 +56,7 @@ class Device:
                 "bench", depth=spec["depth"], completion_us=spec["completion_us"],
                 size_mb=NULLB_SIZE_MB, memory_backed=keep_data)
         elif self.profile == "virtio":
-            self.name = g.disk_by_serial(VIRTIO_SERIAL)
+            self.name = g.disk_by_serial(g.VIRTIO_SERIAL)
         else:
             self.name = Path(os.path.realpath(self.path)).name
         g.sh("sync; echo 3 > /proc/sys/vm/drop_caches", check=False)
@@ -82,10 +81,7 @@ def parse_scheduler(spec: str) -> tuple[str, dict]:
 
 def apply_scheduler(dev: str, spec: str) -> None:
     name, tunables = parse_scheduler(spec)
-    available = g.schedulers(dev)[0]
-    if name in ("kyber", "bfq") and name not in available:
-        g.sh(f"modprobe {'kyber-iosched' if name == 'kyber' else 'bfq'}", check=False)
-        available = g.schedulers(dev)[0]
+    available = g.offered_schedulers(dev, name)
     if name not in available:
         raise SystemExit(f"bench: scheduler {name!r} is not offered by this kernel "
                          f"for {dev} (offered: {', '.join(available)})")

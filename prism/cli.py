@@ -20,6 +20,7 @@ from pathlib import Path
 
 from . import bench, build, kernels, vm, workloads
 from .errors import PrismError
+from .guest import VIRTIO_SERIAL
 
 DEVICES = ("nullb", "virtio")
 
@@ -32,7 +33,7 @@ def _kernels(arg: str) -> list[kernels.Kernel]:
 
 def _disks(device: str, rundir: Path) -> list[vm.Disk]:
     if device == "virtio":
-        return [vm.Disk(serial="prism-virtio", path=rundir / "virtio.img", size_mb=1024)]
+        return [vm.Disk(serial=VIRTIO_SERIAL, path=rundir / "virtio.img", size_mb=1024)]
     return []
 
 

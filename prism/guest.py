@@ -11,6 +11,8 @@ import time
 from pathlib import Path
 
 SYS_BLOCK = Path("/sys/block")
+# The serial of the file-backed virtio disk the host attaches.
+VIRTIO_SERIAL = "prism-virtio"
 DEBUGFS = Path("/sys/kernel/debug")
 CONFIGFS = Path("/sys/kernel/config")
 
@@ -104,11 +106,24 @@ def schedulers(dev: str) -> tuple[list[str], str]:
     return [s.strip("[]") for s in text], active
 
 
+# Schedulers Debian builds as modules, by module name.
+SCHEDULER_MODULES = {"kyber": "kyber-iosched", "bfq": "bfq"}
+
+
+def offered_schedulers(dev: str, sched: str) -> list[str]:
+    """The schedulers @dev offers, once @sched's module is loaded if it is
+    one that is built as a module and not offered yet."""
+    available = schedulers(dev)[0]
+    if sched not in available and sched in SCHEDULER_MODULES:
+        sh(f"modprobe {SCHEDULER_MODULES[sched]}", check=False)
+        available = schedulers(dev)[0]
+    return available
+
+
 def set_scheduler(dev: str, sched: str, tunables: dict | None = None) -> None:
     """Switch @dev to @sched, loading its module if needed, then apply
     tunables. Raises if the switch did not take."""
-    if sched in ("kyber", "bfq"):
-        sh(f"modprobe {'kyber-iosched' if sched == 'kyber' else 'bfq'}", check=False)
+    offered_schedulers(dev, sched)
     path = SYS_BLOCK / dev / "queue" / "scheduler"
     with open(path, "w") as f:
         f.write(sched)
@@ -184,43 +199,3 @@ def parse_fio_json(text: str) -> dict:
     if start < 0:
         raise RuntimeError("fio printed no JSON")
     return json.loads(text[start:])
-
-
-def job_stats(report: dict, name: str) -> dict:
-    """Summary of one job: I/O count, IOPS, latencies in microseconds.
-    clat is from submission to completion; lat adds the submission time,
-    which is where a request waits when it cannot get a tag (under none,
-    most of the waiting happens there), so lat is the fair comparison."""
-    for job in report["jobs"]:
-        if job["jobname"] == name:
-            break
-    else:
-        raise KeyError(f"no job {name!r} in fio report")
-    out = {"ios": 0, "iops": 0.0, "errors": job.get("error", 0)}
-    lat_n = 0
-    lat_sum = 0.0
-    tot_n = 0
-    tot_sum = 0.0
-    p99 = 0.0
-    lat_max = 0.0
-    for d in ("read", "write"):
-        s = job[d]
-        n = s.get("total_ios", 0)
-        out["ios"] += n
-        out["iops"] += s.get("iops", 0.0)
-        clat = s.get("clat_ns", {})
-        if n and clat.get("N"):
-            lat_n += clat["N"]
-            lat_sum += clat["mean"] * clat["N"]
-            pct = clat.get("percentile", {})
-            p99 = max(p99, pct.get("99.000000", 0.0))
-        lat = s.get("lat_ns", {})
-        if n and lat.get("N"):
-            tot_n += lat["N"]
-            tot_sum += lat["mean"] * lat["N"]
-            lat_max = max(lat_max, lat.get("max", 0.0))
-    out["clat_mean_us"] = lat_sum / lat_n / 1000 if lat_n else 0.0
-    out["clat_p99_us"] = p99 / 1000
-    out["lat_mean_us"] = tot_sum / tot_n / 1000 if tot_n else 0.0
-    out["lat_max_us"] = lat_max / 1000
-    return out

@@ -17,8 +17,8 @@ import traceback
 from pathlib import Path
 
 from . import guest as g
+from . import stats
 
-VIRTIO_SERIAL = "prism-virtio"
 SCHEDULERS = ["none", "mq-deadline", "kyber", "bfq", "prism"]
 
 # Tunable: (default as shown, a good value to round-trip, min, max)
@@ -214,6 +214,11 @@ def check_tunables(ctx) -> dict:
     return {"ok": not failures and restored, "failures": failures, "final": final}
 
 
+def job(report: dict, name: str) -> dict:
+    """One job's figures from a fio report (see stats.job_record)."""
+    return next(stats.job_record(j) for j in report["jobs"] if j["jobname"] == name)
+
+
 def contention_jobs(dev: str, high: str, low: str, runtime: int) -> list[str]:
     # exitall: when the first job ends the other is stopped, so a starved
     # job cannot run on alone afterwards and have its numbers look fine.
@@ -244,8 +249,8 @@ def check_priority_latency(ctx) -> dict:
             if sched != "none":
                 g.write_queue(dev, "nr_requests", SCHED_TAGS)
             rep_out = g.fio(args=contention_jobs(dev, high, low, 6), timeout=300)
-            hi = g.job_stats(rep_out, "high")
-            lo = g.job_stats(rep_out, "low")
+            hi = job(rep_out, "high")
+            lo = job(rep_out, "low")
             rec = {"sched": sched, "rep": rep, "high": hi, "low": lo}
             if sched == "prism":
                 rec["books"] = conservation(dev)
@@ -283,10 +288,10 @@ def check_aging(ctx) -> dict:
         g.write_queue(dev, "nr_requests", SCHED_TAGS)
         rep = g.fio(args=contention_jobs(dev, high, low, 6), timeout=300)
         tiers = g.prism_tiers(dev)
-        low_stats = g.job_stats(rep, "low")
+        low_stats = job(rep, "low")
         out[aging_ms] = {"low_ios": low_stats["ios"],
                          "low_lat_max_ms": low_stats["lat_max_us"] / 1000,
-                         "high_ios": g.job_stats(rep, "high")["ios"],
+                         "high_ios": job(rep, "high")["ios"],
                          "low_aged": tiers["low"]["aged"],
                          "tiers": tiers,
                          "balanced": conservation(dev)["balanced"]}
@@ -345,7 +350,7 @@ def setup() -> dict:
     # requests really queue in the scheduler.
     nullb = g.nullb_module(depth=2, completion_us=5000)[0]
     nullb_verify = g.nullb_configfs("verify", depth=8, completion_us=100, size_mb=256)
-    virtio = g.disk_by_serial(VIRTIO_SERIAL)
+    virtio = g.disk_by_serial(g.VIRTIO_SERIAL)
     return {"nullb": nullb, "nullb_verify": nullb_verify, "virtio": virtio,
             "size_mb": {"virtio": 256, "nullb_verify": 256}}
 

@@ -72,10 +72,12 @@ def job_record(job: dict) -> dict:
     rec["lat_source"] = "lat" if src is lat else "clat"
     rec["lat_mean_us"] = lat.get("mean", 0.0) / 1000 if lat else None
     rec["clat_mean_us"] = clat.get("mean", 0.0) / 1000 if clat else None
-    rec["lat_max_us"] = src.get("max", 0.0) / 1000 if src else None
+    rec["lat_max_us"] = lat.get("max", 0.0) / 1000 if lat else None
     for name, key in PERCENTILES.items():
         v = src.get("percentile", {}).get(key) if src else None
         rec[f"{name}_us"] = v / 1000 if v is not None else None
+    v = clat.get("percentile", {}).get(PERCENTILES["p99"]) if clat else None
+    rec["clat_p99_us"] = v / 1000 if v is not None else None
     # fsync calls (fio's fsync=N): their own latency distribution.
     sync = job.get("sync", {})
     sync_lat = sync.get("lat_ns", {})

@@ -32,6 +32,9 @@ def test_job_record_matches_fio(fio_json):
         assert rec["p99_9_us"] == pytest.approx(rd["lat_ns"]["percentile"]["99.900000"] / 1000)
         assert rec["lat_mean_us"] == pytest.approx(rd["lat_ns"]["mean"] / 1000)
         assert rec["clat_mean_us"] == pytest.approx(rd["clat_ns"]["mean"] / 1000)
+        assert rec["clat_p99_us"] == pytest.approx(
+            rd["clat_ns"]["percentile"]["99.000000"] / 1000)
+        assert rec["lat_max_us"] == pytest.approx(rd["lat_ns"]["max"] / 1000)
         assert rec["sys_cpu"] == job["sys_cpu"] and rec["errors"] == 0
         assert rec["prio"] == job["job options"]["prio"]
 

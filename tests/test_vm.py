@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from prism import build, kernels, selftest, vm
+from prism import build, guest, kernels, selftest, vm
 
 CHECK_NAMES = ["setup"] + [name for name, _ in selftest.CHECKS]
 
@@ -29,7 +29,7 @@ def boot(kernel, request):
     k = kernels.get(kernel)
     ko = build.build(k)
     rundir = vm.new_rundir()
-    disks = [vm.Disk(serial=selftest.VIRTIO_SERIAL, path=rundir / "virtio.img",
+    disks = [vm.Disk(serial=guest.VIRTIO_SERIAL, path=rundir / "virtio.img",
                      size_mb=256)]
     res = vm.run(k, "python3 -m prism.selftest --out results.json", ko=ko,
                  disks=disks, timeout=2400, rundir=rundir, echo=True)
