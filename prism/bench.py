@@ -186,7 +186,6 @@ def run_in_vm(k: kernels.Kernel, plan: dict, args) -> tuple[Path, list[dict]]:
 def run_on_device(plan: dict, args) -> tuple[Path, list[dict]]:
     check_real_device(args.device, args.force)
     out = Path(args.out) / "raw"
-    (Path(args.out)).mkdir(parents=True, exist_ok=True)
     planfile = Path(args.out) / "plan.json"
     planfile.write_text(json.dumps(plan, indent=1))
     r = subprocess.run([sys.executable, "-m", "prism.benchrun", "--plan", str(planfile),
