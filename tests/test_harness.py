@@ -123,3 +123,21 @@ def test_no_kernel_source_in_repo():
 def test_checkpatch_clean():
     clean, report = build.run_checkpatch(kernels.get("6.12"))
     assert clean, report
+
+
+def test_selftest_counts_a_starved_job_as_zero_latency():
+    """The aging control expects LOW to complete nothing; its figures must
+    then read 0, not be missing (a missing one broke the check once)."""
+    import json
+
+    from prism import selftest
+    data = json.loads((REPO / "tests" / "data" / "fio-run" / "fio.json").read_text())
+    job = data["jobs"][1]
+    for d in ("read", "write"):
+        job[d]["total_ios"] = 0
+        job[d]["iops"] = 0.0
+        job[d]["lat_ns"]["N"] = 0
+        job[d]["clat_ns"]["N"] = 0
+    rec = selftest.job({"jobs": [job]}, job["jobname"])
+    assert rec["ios"] == 0
+    assert rec["lat_max_us"] == 0.0 and rec["clat_p99_us"] == 0.0 and rec["lat_mean_us"] == 0.0
