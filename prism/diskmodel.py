@@ -47,6 +47,8 @@ class HddProfile:
     queue_depth: int = 1            # what the emulated device advertises
     ncq: int = 0                    # reorder window (0: serve in arrival order)
     write_cache: bool = True
+    write_cache_mb: float = 8.0     # dirty data the cache holds before writes go through
+    interface_rate_mb: float = 600.0    # SATA 3: how fast a cached write is taken in
 
 
 @dataclasses.dataclass(frozen=True)
@@ -155,22 +157,29 @@ class HddModel:
         """Platter angle at time @t, as a fraction of a turn."""
         return (t / self.rev) % 1.0
 
+    def position(self, lba: int, start: float) -> float:
+        """When the transfer for @lba could begin if its command started
+        at @start: command overhead, seek, head switch, then the wait for
+        the sector to come round. The shortest-positioning-time-first
+        choice of the NCQ mode ranks requests by this."""
+        p = self.profile
+        if lba == self.stream_lba:
+            # Contiguous: the transfer goes on from where the last ended.
+            return self.stream_t
+        cyl, head, sector, spt = self.locate(lba)
+        t = start + p.overhead_ms / 1000
+        t += self.seek(abs(cyl - self.cyl))
+        if cyl == self.cyl and head != self.head:
+            t += p.head_switch_ms / 1000
+        wait = (sector / spt - self.angle(t)) % 1.0
+        return t + wait * self.rev
+
     def service(self, lba: int, nsect: int, now: float) -> tuple[float, float]:
         """Serve one request arriving at @now: returns (start, end). The
         actuator is busy until end; requests are served one at a time."""
         p = self.profile
         start = max(now, self.free_at)
-        if lba == self.stream_lba:
-            # Contiguous: the transfer goes on from where the last ended.
-            t = self.stream_t
-        else:
-            cyl, head, sector, spt = self.locate(lba)
-            t = start + p.overhead_ms / 1000
-            t += self.seek(abs(cyl - self.cyl))
-            if cyl == self.cyl and head != self.head:
-                t += p.head_switch_ms / 1000
-            wait = (sector / spt - self.angle(t)) % 1.0
-            t += wait * self.rev
+        t = self.position(lba, start)
         # Transfer, track by track.
         left = nsect
         pos = lba
@@ -206,11 +215,112 @@ class SsdModel:
         self.sectors = profile.capacity_bytes // SECTOR
         self.free_at = [0.0] * profile.channels
 
-    def service(self, lba: int, nsect: int, now: float, write: bool = False) -> tuple[float, float]:
+    def duration(self, nsect: int, write: bool) -> float:
+        """A channel's time for one request: the flash read or program
+        latency plus the transfer; where the data lies does not matter."""
         p = self.profile
-        ch = min(range(p.channels), key=lambda i: self.free_at[i])
-        start = max(now, self.free_at[ch])
         lat = (p.program_us if write else p.read_us) / 1e6
-        end = start + lat + nsect * SECTOR / (p.channel_rate_mb * 1e6)
+        return lat + nsect * SECTOR / (p.channel_rate_mb * 1e6)
+
+    def service(self, lba: int, nsect: int, now: float, write: bool = False) -> tuple[float, float]:
+        """Serve one request on the channel that frees first."""
+        ch = min(range(self.profile.channels), key=lambda i: self.free_at[i])
+        start = max(now, self.free_at[ch])
+        end = start + self.duration(nsect, write)
         self.free_at[ch] = end
         return start, end
+
+
+# The emulated devices by the names the CLI and the bench profiles use.
+PROFILES = {"hdd": HddProfile, "ssd-model": SsdProfile}
+
+
+def load_profile(name: str, params: dict | None = None) -> HddProfile | SsdProfile:
+    """Profile @name with the fields in @params (from a parameter file)
+    in place of the defaults. ValueError says what is wrong."""
+    if name not in PROFILES:
+        raise ValueError(f"unknown disk profile {name!r} (profiles: {', '.join(PROFILES)})")
+    cls = PROFILES[name]
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    params = dict(params or {})
+    if params.pop("profile", name) != name:
+        raise ValueError(f"the parameter file is for another profile than {name!r}")
+    values = {}
+    for key, val in params.items():
+        if key not in fields:
+            raise ValueError(f"{name}: no parameter {key!r} (parameters: {', '.join(fields)})")
+        kind = type(fields[key].default)
+        if kind is bool:
+            ok = isinstance(val, bool)
+        elif kind is float:
+            ok = isinstance(val, (int, float)) and not isinstance(val, bool)
+            val = float(val) if ok else val
+        else:
+            ok = isinstance(val, int) and not isinstance(val, bool)
+        if not ok:
+            raise ValueError(f"{name}: {key} must be {kind.__name__}, not {val!r}")
+        values[key] = val
+    profile = cls(**values)
+    _check(profile)
+    return profile
+
+
+def _check(p: HddProfile | SsdProfile) -> None:
+    for f in dataclasses.fields(p):
+        val = getattr(p, f.name)
+        if isinstance(val, bool) or f.name == "ncq":
+            continue
+        if val <= 0:
+            raise ValueError(f"{f.name} must be positive, not {val}")
+    if isinstance(p, HddProfile):
+        if not p.track_to_track_ms < p.average_seek_ms < p.full_stroke_ms:
+            raise ValueError("need track_to_track_ms < average_seek_ms < full_stroke_ms")
+        if p.ncq < 0 or p.ncq > p.queue_depth:
+            raise ValueError(f"ncq (the reorder window) must be 0..queue_depth "
+                             f"({p.queue_depth}), not {p.ncq}")
+        if p.inner_rate_mb > p.outer_rate_mb:
+            raise ValueError("inner_rate_mb must not exceed outer_rate_mb")
+
+
+def make_model(profile: HddProfile | SsdProfile) -> HddModel | SsdModel:
+    return HddModel(profile) if isinstance(profile, HddProfile) else SsdModel(profile)
+
+
+def profile_name(profile: HddProfile | SsdProfile) -> str:
+    return next(n for n, cls in PROFILES.items() if isinstance(profile, cls))
+
+
+PARAM_DOCS = {
+    "rpm": "spindle speed; one turn takes 60 / rpm seconds",
+    "capacity_bytes": "size the guest sees (the backing file is sparse)",
+    "heads": "recording surfaces; a track switch within a cylinder costs head_switch_ms",
+    "zones": "recording zones, equal numbers of cylinders each",
+    "outer_rate_mb": "media rate of the outermost zone, MB/s (1e6 bytes)",
+    "inner_rate_mb": "media rate of the innermost zone, MB/s",
+    "track_to_track_ms": "seek over one cylinder",
+    "average_seek_ms": "mean seek between two uniformly random cylinders",
+    "full_stroke_ms": "seek from the first cylinder to the last",
+    "head_switch_ms": "moving to the next surface or track during a transfer",
+    "overhead_ms": "fixed command processing time per request",
+    "queue_depth": "commands the device accepts at once (virtio_blk.queue_depth in the guest)",
+    "ncq": "reorder window: 0 serves in arrival order; N picks the shortest "
+           "positioning time among the N oldest",
+    "write_cache": "true: writes complete once in the cache and reach the media later",
+    "write_cache_mb": "dirty data the cache holds; a write that does not fit goes to the media",
+    "interface_rate_mb": "link speed at which the cache takes a write in, MB/s",
+    "channels": "flash channels serving requests in parallel",
+    "read_us": "flash read latency per request",
+    "program_us": "flash program (write) latency per request",
+    "channel_rate_mb": "transfer rate of one channel, MB/s",
+}
+
+
+def to_toml(profile: HddProfile | SsdProfile) -> str:
+    """A parameter file holding @profile, for `prism disk params`."""
+    lines = [f"# prism disk model parameters; edit and pass with --disk-params FILE",
+             f'profile = "{profile_name(profile)}"']
+    for f in dataclasses.fields(profile):
+        val = getattr(profile, f.name)
+        lines.append(f"{f.name} = {str(val).lower() if isinstance(val, bool) else val}"
+                     f"    # {PARAM_DOCS[f.name]}")
+    return "\n".join(lines) + "\n"

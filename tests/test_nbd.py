@@ -1,0 +1,141 @@
+"""The NBD server behind the emulated drives (`prism disk serve`), on the
+host: protocol, data, errors, the trace, and that replies leave when the
+model says (relative to the model's own service times, never absolute)."""
+
+import csv
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from prism import nbd
+
+from nbdclient import Client
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def server(tmp_path):
+    sock = tmp_path / "disk.sock"
+    params = tmp_path / "params.toml"
+    params.write_text('profile = "hdd"\nqueue_depth = 4\n')
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "prism.cli", "disk", "serve", "--params", str(params),
+         "--socket", str(sock), "--backing", str(tmp_path / "disk.img"),
+         "--trace", str(tmp_path / "trace.csv")],
+        stderr=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONPATH=str(REPO)))
+    deadline = time.monotonic() + 20
+    while not sock.exists():
+        assert proc.poll() is None, proc.stderr.read()
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    yield proc, sock, tmp_path
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+
+
+def stop(proc) -> str:
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=10)
+    assert proc.returncode == 0, err
+    return err
+
+
+def trace_rows(path: Path) -> list[dict]:
+    with open(path) as f:
+        return list(csv.DictReader(f))
+
+
+def test_data_round_trip_errors_and_trace(server):
+    proc, sock, tmp = server
+    c = Client(str(sock))
+    assert c.size == 1_000_204_886_016
+    assert c.flags & nbd.TFLAG_ROTATIONAL and c.flags & nbd.TFLAG_SEND_FLUSH
+    pattern = bytes(random.Random(1).randrange(256) for _ in range(65536))
+    assert c.write(1 << 30, pattern) == 0
+    assert c.write(5 << 30, pattern[:4096], fua=True) == 0
+    assert c.read(1 << 30, 65536) == pattern
+    assert c.read(5 << 30, 4096) == pattern[:4096]
+    assert c.read(7 << 30, 4096) == bytes(4096)         # never written: zeroes
+    assert c.flush() == 0
+    c.send(nbd.CMD_READ, c.size - 512, 4096)             # beyond the end
+    assert c.reply()[1] == nbd.EINVAL
+    c.send(9, 0, 0)                                      # no such command
+    assert c.reply()[1] == nbd.EINVAL
+    c.close()
+    err = stop(proc)
+    assert "6 commands served" in err
+    assert not sock.exists()
+    rows = trace_rows(tmp / "trace.csv")
+    ops = [(r["op"], int(r["sector"]), int(r["sectors"]), r["cached"]) for r in rows
+           if r["op"] != "destage"]
+    assert ops == [("write", 1 << 21, 128, "1"), ("write", 5 << 21, 8, "0"),
+                   ("read", 1 << 21, 128, "0"), ("read", 5 << 21, 8, "0"),
+                   ("read", 7 << 21, 8, "0"), ("flush", 0, 0, "0")]
+    # The cached write reached the media before the flush completed.
+    destage = [r for r in rows if r["op"] == "destage"]
+    assert [int(d["sector"]) for d in destage] == [1 << 21]
+    flush = next(r for r in rows if r["op"] == "flush")
+    assert float(flush["end_s"]) >= float(destage[0]["end_s"])
+    # The file holds the data, sparsely.
+    img = tmp / "disk.img"
+    assert img.stat().st_size == c.size and img.stat().st_blocks * 512 < 1 << 24
+
+
+def test_replies_leave_when_the_model_says(server):
+    """Depth-1 random reads: the client waits about as long as the model's
+    service times add up to: replies are never early and barely late."""
+    proc, sock, tmp = server
+    c = Client(str(sock))
+    rng = random.Random(2)
+    latencies = []
+    t0 = time.monotonic()
+    for _ in range(40):
+        t = time.monotonic()
+        c.read(rng.randrange(0, c.size // 4096) * 4096, 4096)
+        latencies.append(time.monotonic() - t)
+    elapsed = time.monotonic() - t0
+    c.close()
+    stop(proc)
+    rows = [r for r in trace_rows(tmp / "trace.csv") if r["op"] == "read"]
+    service = [float(r["service_ms"]) / 1000 for r in rows]
+    assert len(service) == 40
+    for lat, s in zip(latencies, service):
+        assert lat >= s * 0.999
+    assert sum(service) <= elapsed <= 1.2 * sum(service)
+
+
+def test_pipelined_requests_queue_in_the_drive(server):
+    """Four requests at once on a one-actuator disk: served one after
+    another in arrival order, each reply when its own service ends."""
+    proc, sock, tmp = server
+    c = Client(str(sock))
+    offsets = [100 << 30, 900 << 30, 300 << 30, 700 << 30]
+    handles = [c.send(nbd.CMD_READ, off, 4096) for off in offsets]
+    got = [c.reply(4096)[0] for _ in offsets]
+    assert got == handles
+    c.close()
+    stop(proc)
+    rows = [r for r in trace_rows(tmp / "trace.csv") if r["op"] == "read"]
+    assert [int(r["sector"]) * 512 for r in rows] == offsets
+    for a, b in zip(rows, rows[1:]):
+        assert float(b["start_s"]) == pytest.approx(float(a["end_s"]), abs=1e-6)
+
+
+def test_bad_parameter_file_is_refused(tmp_path):
+    params = tmp_path / "p.toml"
+    params.write_text("rpm = -1\n")
+    r = subprocess.run([sys.executable, "-m", "prism.cli", "disk", "serve", "--params",
+                        str(params), "--socket", str(tmp_path / "s"), "--backing",
+                        str(tmp_path / "img")], capture_output=True, text=True,
+                       env=dict(os.environ, PYTHONPATH=str(REPO)))
+    assert r.returncode == 2
+    assert "rpm must be positive" in r.stderr
+    assert not (tmp_path / "img").exists()
