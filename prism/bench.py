@@ -3,6 +3,7 @@ per kernel (or on a real device), and write the report."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shlex
@@ -11,16 +12,17 @@ import stat
 import subprocess
 import sys
 import time
+import tomllib
 from pathlib import Path
 
-from . import build, kernels, report, vm, workloads
-from .benchrun import NULLB_PROFILES, parse_scheduler
+from . import build, diskmodel, kernels, report, stats, vm, workloads
+from .benchrun import MODEL_PROFILES, NULLB_PROFILES, parse_scheduler
 from .guest import VIRTIO_SERIAL
 from .errors import PrismError
 
 KNOWN_SCHEDULERS = ("none", "mq-deadline", "kyber", "bfq", "prism")
 ALL_SCHEDULERS = ",".join(KNOWN_SCHEDULERS)
-VM_PROFILES = tuple(NULLB_PROFILES) + ("virtio",)
+VM_PROFILES = tuple(NULLB_PROFILES) + ("virtio",) + tuple(MODEL_PROFILES)
 
 
 def parse_schedulers(text: str) -> list[str]:
@@ -137,12 +139,32 @@ def check_real_device(path: str, force: bool) -> None:
 
 # --- running -----------------------------------------------------------
 
+def disk_profile(args) -> diskmodel.HddProfile | diskmodel.SsdProfile:
+    """The emulated drive's parameters: the profile's defaults, or the
+    file given with --disk-params."""
+    params = {}
+    path = getattr(args, "disk_params", None)
+    if path:
+        try:
+            params = tomllib.loads(Path(path).read_text())
+        except (OSError, tomllib.TOMLDecodeError) as e:
+            raise PrismError(f"{path}: {e}")
+    try:
+        return diskmodel.load_profile(args.device, params)
+    except ValueError as e:
+        raise PrismError(f"{path or args.device}: {e}")
+
+
 def make_plan(args) -> dict:
-    return {"profile": "real" if args.device.startswith("/") else args.device,
+    plan = {"profile": "real" if args.device.startswith("/") else args.device,
             "device": args.device if args.device.startswith("/") else None,
             "workloads": [w.name for w in workloads.get(args.workload)],
             "schedulers": parse_schedulers(args.schedulers),
             "reps": args.reps, "runtime": args.runtime, "ramp": args.ramp}
+    if args.device in MODEL_PROFILES:
+        # Recorded with the results: what the emulated drive was.
+        plan["disk_params"] = dataclasses.asdict(disk_profile(args))
+    return plan
 
 
 def validate(args) -> None:
@@ -150,22 +172,26 @@ def validate(args) -> None:
         raise PrismError("fio not found (apt-get install fio)")
     if args.reps < 1 or args.runtime < 1 or args.ramp < 0:
         raise PrismError("--reps and --runtime must be at least 1, --ramp at least 0")
-    if args.device == "hdd" or args.device == "ssd-model":
-        raise PrismError(f"device profile {args.device!r} comes with the disk model "
-                         "(not built yet); profiles now: " + ", ".join(VM_PROFILES))
     if not args.device.startswith("/") and args.device not in VM_PROFILES:
         raise PrismError(f"unknown device {args.device!r}: a profile ("
                          + ", ".join(VM_PROFILES) + ") or a /dev path")
+    if getattr(args, "disk_params", None) and args.device not in MODEL_PROFILES:
+        raise PrismError("--disk-params is for the emulated drives: "
+                         + ", ".join(MODEL_PROFILES))
 
 
 def run_in_vm(k: kernels.Kernel, plan: dict, args) -> tuple[Path, list[dict]]:
     ko = build.build(k)
     rundir = vm.new_rundir()
     plan = dict(plan, ko=str(ko))
-    (rundir / "plan.json").write_text(json.dumps(plan, indent=1))
     disks = []
     if plan["profile"] == "virtio":
         disks = [vm.Disk(serial=VIRTIO_SERIAL, path=rundir / "virtio.img", size_mb=4096)]
+    elif plan["profile"] in MODEL_PROFILES:
+        disk = vm.ModelDisk(disk_profile(args), rundir, trace=True)
+        disks = [disk]
+        plan["trace"] = disk.trace_path.name
+    (rundir / "plan.json").write_text(json.dumps(plan, indent=1))
     kernels.log(f"{k.series}: {len(plan['workloads']) * len(plan['schedulers']) * plan['reps']} "
                 f"runs in one boot; raw output in {rundir / 'bench'}")
     res = vm.run(k, "python3 -m prism.benchrun --plan plan.json --out bench", ko=ko,
@@ -180,6 +206,8 @@ def run_in_vm(k: kernels.Kernel, plan: dict, args) -> tuple[Path, list[dict]]:
     if probs:
         raise PrismError(f"benchmark on {k.series}: the kernel log reports problems "
                          f"({rundir / 'dmesg.txt'})")
+    if plan.get("trace"):
+        stats.split_trace(rundir / plan["trace"], rundir / "bench")
     return rundir / "bench", report.collect(rundir / "bench", k.series)
 
 

@@ -28,6 +28,14 @@ NULLB_PROFILES = {
     "nullb-cpu": {"depth": 64, "completion_us": 0},
 }
 NULLB_SIZE_MB = 4096
+# The emulated drives (prism.drive, served from the host over NBD), and
+# nr_requests under a scheduler: virtio's default is twice the device depth,
+# 2 for a disk that takes one command at a time, which would leave nothing
+# to sort; a SATA disk behind AHCI gets 64 (twice its 32 host tags).
+MODEL_PROFILES = {"hdd": {"nr_requests": 64}, "ssd-model": {}}
+# Filesystems for the workloads that need one take this much of the device:
+# a partition-sized ext4, quick to make on a 1 TB emulated disk too.
+FS_SIZE = "4G"
 
 
 def log(msg: str) -> None:
@@ -57,6 +65,11 @@ class Device:
                 size_mb=NULLB_SIZE_MB, memory_backed=keep_data)
         elif self.profile == "virtio":
             self.name = g.disk_by_serial(g.VIRTIO_SERIAL)
+        elif self.profile in MODEL_PROFILES:
+            self.name = g.disk_by_serial(g.MODEL_SERIALS[self.profile])
+            # Empty the drive's write cache: the last run's writes must not
+            # be written back during this one.
+            g.sh(f"blockdev --flushbufs /dev/{self.name}")
         else:
             self.name = Path(os.path.realpath(self.path)).name
         g.sh("sync; echo 3 > /proc/sys/vm/drop_caches", check=False)
@@ -79,13 +92,17 @@ def parse_scheduler(spec: str) -> tuple[str, dict]:
     return name, tunables
 
 
-def apply_scheduler(dev: str, spec: str) -> None:
+def apply_scheduler(dev: str, spec: str, profile: str = "") -> None:
     name, tunables = parse_scheduler(spec)
     available = g.offered_schedulers(dev, name)
     if name not in available:
         raise SystemExit(f"bench: scheduler {name!r} is not offered by this kernel "
                          f"for {dev} (offered: {', '.join(available)})")
     g.set_scheduler(dev, name)
+    nr = MODEL_PROFILES.get(profile, {}).get("nr_requests")
+    if nr and name != "none":
+        # Under none the device's own tags are all there is.
+        (g.SYS_BLOCK / dev / "queue" / "nr_requests").write_text(f"{nr}\n")
     for key, val in tunables.items():
         if not g.tunable_path(dev, key).exists():
             raise SystemExit(f"bench: scheduler {name} has no tunable {key!r}")
@@ -99,7 +116,7 @@ MOUNTPOINT = Path("/tmp/prism-bench-fs")
 
 def make_filesystem(device: Device) -> Path:
     """A fresh ext4 on the device, mounted: for workloads that fsync."""
-    g.sh(f"mkfs.ext4 -q -F -E lazy_itable_init=0,lazy_journal_init=0 {device.dev}")
+    g.sh(f"mkfs.ext4 -q -F -E lazy_itable_init=0,lazy_journal_init=0 {device.dev} {FS_SIZE}")
     MOUNTPOINT.mkdir(parents=True, exist_ok=True)
     g.sh(f"mount -t ext4 {device.dev} {MOUNTPOINT}")
     return MOUNTPOINT
@@ -108,7 +125,7 @@ def make_filesystem(device: Device) -> Path:
 def run_one(run: dict, device: Device, plan: dict, rundir: Path) -> dict:
     workload = WORKLOADS[run["workload"]]
     device.reset(keep_data=workload.filesystem)
-    apply_scheduler(device.name, run["scheduler"])
+    apply_scheduler(device.name, run["scheduler"], device.profile)
     rundir.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, DEV=device.dev, RUNTIME=str(plan["runtime"]),
                RAMP=str(plan["ramp"]))
@@ -124,6 +141,8 @@ def run_one(run: dict, device: Device, plan: dict, rundir: Path) -> dict:
 def _measure(run: dict, device: Device, plan: dict, rundir: Path, env: dict,
              workload) -> dict:
     before = device.stat()
+    trace = Path(plan["trace"]) if plan.get("trace") else None
+    trace_from = trace.stat().st_size if trace else 0
     t0 = time.monotonic()
     cmd = ["fio", "--output-format=json", f"--output={rundir / 'fio.json'}",
            f"--write_lat_log={rundir / 'log'}", f"--write_iops_log={rundir / 'log'}",
@@ -138,6 +157,10 @@ def _measure(run: dict, device: Device, plan: dict, rundir: Path, env: dict,
     util = min(1.0, (after[9] - before[9]) / (wall * 1000)) if wall > 0 else 0.0
     meta = dict(run, device=device.dev, profile=device.profile, wall_s=round(wall, 2),
                 device_util=round(util, 4), kernel=os.uname().release)
+    if trace:
+        # Where this run's lines are in the drive's trace (the host cuts
+        # them out after the boot).
+        meta["trace_bytes"] = [trace_from, trace.stat().st_size]
     if parse_scheduler(run["scheduler"])[0] == "prism":
         meta["prism_tiers"] = g.prism_tiers(device.name)
     (rundir / "meta.json").write_text(json.dumps(meta, indent=1))

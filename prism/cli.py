@@ -8,6 +8,8 @@
   prism try --kernel 6.12           a short mixed-priority run: none vs prism
   prism bench run --workload W ...  the benchmark: workloads x schedulers x reps
   prism demo [--quick]              seed 000's database + backup, all five schedulers
+  prism disk serve --profile hdd    serve the emulated disk over NBD (host side)
+  prism disk params --profile hdd   print the model's parameter file
 """
 
 from __future__ import annotations
@@ -16,13 +18,14 @@ import argparse
 import json
 import sys
 import time
+import tomllib
 from pathlib import Path
 
-from . import bench, build, kernels, vm, workloads
+from . import bench, build, diskmodel, kernels, nbd, vm, workloads
 from .errors import PrismError
 from .guest import VIRTIO_SERIAL
 
-DEVICES = ("nullb", "virtio")
+DEVICES = ("nullb", "virtio") + tuple(diskmodel.PROFILES)
 
 
 def _kernels(arg: str) -> list[kernels.Kernel]:
@@ -31,9 +34,17 @@ def _kernels(arg: str) -> list[kernels.Kernel]:
     return [kernels.get(arg)]
 
 
-def _disks(device: str, rundir: Path) -> list[vm.Disk]:
-    if device == "virtio":
+def _disks(args, rundir: Path) -> list[vm.Disk | vm.ModelDisk]:
+    if getattr(args, "disk_params", None) and args.device not in diskmodel.PROFILES:
+        raise PrismError("--disk-params goes with --device " + " or ".join(diskmodel.PROFILES))
+    if args.device == "selftest":
+        # What prism.selftest expects: a small virtio disk and the HDD.
+        return [vm.Disk(serial=VIRTIO_SERIAL, path=rundir / "virtio.img", size_mb=256),
+                vm.ModelDisk(diskmodel.HddProfile(), rundir, trace=True)]
+    if args.device == "virtio":
         return [vm.Disk(serial=VIRTIO_SERIAL, path=rundir / "virtio.img", size_mb=1024)]
+    if args.device in diskmodel.PROFILES:
+        return [vm.ModelDisk(bench.disk_profile(args), rundir, trace=True)]
     return []
 
 
@@ -63,7 +74,7 @@ def _run_vm(k, command, args, rundir=None) -> vm.VmResult:
     ko = build.build(k)
     rundir = rundir or vm.new_rundir()
     kernels.log(f"booting {k.abi} ({args.accel}); module {ko}; run dir {rundir}")
-    return vm.run(k, command, ko=ko, disks=_disks(args.device, rundir),
+    return vm.run(k, command, ko=ko, disks=_disks(args, rundir),
                   memory=args.memory, cpus=args.cpus, accel=args.accel,
                   timeout=args.timeout, rundir=rundir)
 
@@ -94,7 +105,7 @@ def cmd_vm(args) -> int:
 def cmd_selftest(args) -> int:
     status = 0
     for k in _kernels(args.kernel):
-        args.device = "virtio"
+        args.device = "selftest"
         only = f" --only {args.only}" if args.only else ""
         res = _run_vm(k, f"python3 -m prism.selftest --out results.json{only}", args)
         clean = _report_log(res)
@@ -181,6 +192,30 @@ def cmd_demo(args) -> int:
     return 0
 
 
+def _disk_profile(args):
+    """--profile and --params of prism disk serve/params."""
+    name = args.profile
+    if not name and args.params:
+        try:
+            name = tomllib.loads(Path(args.params).read_text()).get("profile")
+        except (OSError, tomllib.TOMLDecodeError) as e:
+            raise PrismError(f"{args.params}: {e}")
+    return bench.disk_profile(argparse.Namespace(device=name or "hdd",
+                                                 disk_params=args.params))
+
+
+def cmd_disk_serve(args) -> int:
+    profile = _disk_profile(args)
+    nbd.serve(profile, Path(args.socket), Path(args.backing),
+              Path(args.trace) if args.trace else None)
+    return 0
+
+
+def cmd_disk_params(args) -> int:
+    sys.stdout.write(diskmodel.to_toml(_disk_profile(args)))
+    return 0
+
+
 def _vm_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kernel", default="6.12", help="6.1, 6.12 (default) or all")
     p.add_argument("--memory", default="2G", help="guest memory (default 2G)")
@@ -215,7 +250,12 @@ def parser() -> argparse.ArgumentParser:
     _vm_options(p)
     p.add_argument("--device", choices=DEVICES, default="nullb",
                    help="nullb: nothing attached, load null_blk in the guest; "
-                        "virtio: attach a 1 GiB file-backed virtio disk, serial prism-virtio")
+                        "virtio: attach a 1 GiB file-backed virtio disk, serial prism-virtio; "
+                        "hdd, ssd-model: attach the emulated drive (serial prism-hdd, "
+                        "prism-ssd-model), served from the host; its trace is "
+                        "disk-trace.csv in the run directory")
+    p.add_argument("--disk-params", metavar="FILE",
+                   help="parameter file for hdd/ssd-model (see prism disk params)")
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD to run in the guest")
     p.set_defaults(func=cmd_vm)
 
@@ -248,8 +288,31 @@ def parser() -> argparse.ArgumentParser:
                         "or a real block device such as /dev/sdX (root, no VM)")
     p.add_argument("--force", action="store_true",
                    help="run on a real device even if it is mounted or holds data")
+    p.add_argument("--disk-params", metavar="FILE",
+                   help="parameter file for the hdd/ssd-model drives (see prism disk params)")
     p.add_argument("--out", required=True, help="directory for the report")
     p.set_defaults(func=cmd_bench_run)
+
+    p = sub.add_parser("disk", help="the emulated drive: prism disk serve, prism disk params")
+    dsub = p.add_subparsers(dest="disk_cmd", required=True)
+    p = dsub.add_parser("serve", help="serve an emulated drive over NBD until interrupted",
+                        description="Serve the hdd or ssd-model drive model over NBD on a "
+                                    "Unix socket; attach with QEMU as "
+                                    "-drive file=nbd+unix:///?socket=PATH,format=raw,...")
+    p.add_argument("--profile", choices=tuple(diskmodel.PROFILES),
+                   help="hdd (default) or ssd-model")
+    p.add_argument("--params", metavar="FILE", help="parameter file (TOML; see prism disk params)")
+    p.add_argument("--socket", required=True, help="Unix socket to listen on")
+    p.add_argument("--backing", required=True,
+                   help="file holding the data (created sparse at the model's capacity)")
+    p.add_argument("--trace", metavar="FILE",
+                   help="CSV of every command served: times, sector, size, service time")
+    p.set_defaults(func=cmd_disk_serve)
+    p = dsub.add_parser("params", help="print a profile's parameter file")
+    p.add_argument("--profile", choices=tuple(diskmodel.PROFILES),
+                   help="hdd (default) or ssd-model")
+    p.add_argument("--params", metavar="FILE", help="start from this file instead")
+    p.set_defaults(func=cmd_disk_params)
 
     p = sub.add_parser("demo", help="seed 000's database + backup across all five schedulers")
     _vm_options(p)

@@ -13,6 +13,8 @@ from pathlib import Path
 SYS_BLOCK = Path("/sys/block")
 # The serial of the file-backed virtio disk the host attaches.
 VIRTIO_SERIAL = "prism-virtio"
+# The emulated drives, by profile (prism.vm.ModelDisk attaches them).
+MODEL_SERIALS = {"hdd": "prism-hdd", "ssd-model": "prism-ssd-model"}
 DEBUGFS = Path("/sys/kernel/debug")
 CONFIGFS = Path("/sys/kernel/config")
 

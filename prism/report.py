@@ -5,6 +5,7 @@ results.json schema (version 1):
   {"schema": 1, "command": str, "created": ISO time, "plan": {...},
    "runs": [{"kernel", "workload", "scheduler", "rep", "device",
              "device_util", "wall_s", "prism_tiers"?,
+             "drive"? (emulated drives: stats.trace_summary of its trace),
              "jobs": [job record, see stats.job_record; plus
                       "isolation_ratio" for a workload's high job]}],
    "summaries": [{"kernel", "workload", "scheduler", "job",
@@ -44,6 +45,8 @@ def collect(raw: Path, kernel: str) -> list[dict]:
         if "prism_tiers" in meta:
             run["prism_tiers"] = meta["prism_tiers"]
         run["jobs"] = stats.run_records(fio_json, rundir)
+        if (rundir / stats.TRACE_NAME).exists():
+            run["drive"] = stats.trace_summary(rundir / stats.TRACE_NAME)
         runs.append(run)
     return runs
 
@@ -265,6 +268,8 @@ def report_md(out: Path, command: str, plan: dict, runs: list[dict],
                                  + " | ".join(_fmt(s["metrics"].get("share"), 0.01, 1) + " %"
                                               for s in jobs) + " |")
                 lines.append("")
+            lines += drive_table([r for r in runs if r["kernel"] == kernel
+                                  and r["workload"] == workload and "drive" in r])
             for img in images:
                 if img.startswith(f"{kernel}-{workload}-"):
                     lines.append(f"![{img}]({img})")
@@ -273,6 +278,28 @@ def report_md(out: Path, command: str, plan: dict, runs: list[dict],
     text = "\n".join(lines)
     (out / "report.md").write_text(text)
     return text
+
+
+def drive_table(runs: list[dict]) -> list[str]:
+    """The emulated drive's own view of @runs (one workload), per
+    scheduler: how much it did and how far it had to move for it."""
+    if not runs:
+        return []
+    lines = ["What the emulated drive served (from its trace; media operations are reads, "
+             "uncached writes and cache write-backs):", "",
+             "| scheduler | media ops/s | mean service ms | mean jump MB | sequential % "
+             "| media busy % | replies late ms |", "|---|---|---|---|---|---|---|"]
+    for sched in dict.fromkeys(r["scheduler"] for r in runs):
+        mine = [r for r in runs if r["scheduler"] == sched]
+
+        def col(f, scale=1.0, digits=1):
+            return _fmt(stats.summarize([f(r) for r in mine if f(r) is not None]), scale, digits)
+        d = lambda key: (lambda r: r["drive"].get(key))  # noqa: E731
+        lines.append(f"| {sched} | {col(lambda r: r['drive']['media_ops'] / r['wall_s'], 1, 0)} | "
+                     f"{col(d('service_ms_mean'), 1, 2)} | {col(d('jump_mb_mean'), 1, 1)} | "
+                     f"{col(d('sequential_frac'), 0.01, 0)} | {col(d('media_busy_frac'), 0.01, 0)} | "
+                     f"{col(d('late_ms_mean'), 1, 3)} |")
+    return lines + [""]
 
 
 def family_tables(summaries: list[dict]) -> list[str]:

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import csv
+import json
 import math
 import statistics
 from pathlib import Path
@@ -140,3 +142,58 @@ def run_records(fio_json: dict, rundir: Path | None = None) -> list[dict]:
             rec["min_iops_1s"] = min(full) if full else None
         recs.append(rec)
     return recs
+
+
+# -- the emulated drive's trace (prism disk serve --trace) -------------------
+
+TRACE_NAME = "disk-trace.csv"
+
+
+def split_trace(trace: Path, raw: Path) -> None:
+    """Give each run under @raw the lines of @trace it caused: benchrun
+    noted the trace's size before and after each run (meta trace_bytes);
+    a line cut by either mark belongs to the run in which it was finished."""
+    data = trace.read_bytes()
+    header, _, _ = data.partition(b"\n")
+    for meta_file in sorted(raw.glob("*/meta.json")):
+        meta = json.loads(meta_file.read_text())
+        if "trace_bytes" not in meta:
+            continue
+        a, b = meta["trace_bytes"]
+        a = data.find(b"\n", a - 1) + 1 if a > 0 else len(header) + 1
+        b = data.find(b"\n", b - 1) + 1 if b > 0 else 0
+        b = b or len(data)
+        (meta_file.parent / TRACE_NAME).write_bytes(header + b"\n" + data[a:max(a, b)])
+
+
+def trace_summary(path: Path) -> dict:
+    """What the drive did during one run: commands completed per op, the
+    media operations (reads, uncached writes, cache write-backs) with
+    their mean service time, mean distance between one and the next
+    (MB from where the last ended) and the fraction that continued
+    exactly where the last ended (sequential)."""
+    with open(path) as f:
+        rows = list(csv.DictReader(f))
+    media = sorted((r for r in rows if r["op"] == "destage"
+                    or (r["op"] in ("read", "write") and r["cached"] == "0")),
+                   key=lambda r: float(r["start_s"]))
+    out = {"commands": sum(1 for r in rows if r["op"] != "destage"),
+           "media_ops": len(media),
+           "cached_writes": sum(1 for r in rows if r["op"] == "write" and r["cached"] == "1"),
+           "flushes": sum(1 for r in rows if r["op"] == "flush")}
+    if not media:
+        return out
+    jumps, seq = [], 0
+    for prev, cur in zip(media, media[1:]):
+        gap = abs(int(cur["sector"]) - (int(prev["sector"]) + int(prev["sectors"])))
+        jumps.append(gap * 512 / 1e6)
+        seq += gap == 0
+    span = float(media[-1]["end_s"]) - float(media[0]["start_s"])
+    busy = sum(float(r["service_ms"]) for r in media) / 1000
+    out.update(service_ms_mean=statistics.fmean(float(r["service_ms"]) for r in media),
+               jump_mb_mean=statistics.fmean(jumps) if jumps else 0.0,
+               sequential_frac=seq / len(jumps) if jumps else 0.0,
+               media_busy_frac=min(1.0, busy / span) if span > 0 else 0.0,
+               late_ms_mean=statistics.fmean(float(r["late_ms"]) for r in rows
+                                             if r["op"] != "destage") if out["commands"] else 0.0)
+    return out

@@ -20,8 +20,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from . import build, kernels, klog
+from . import build, diskmodel, kernels, klog
 from .errors import PrismError
+from .guest import MODEL_SERIALS
 
 REPO = build.REPO
 
@@ -37,6 +38,85 @@ class Disk:
         # format=raw: else QEMU probes the format and guards block 0.
         return (f"-drive file={self.path},if=none,id={drive_id},format=raw "
                 f"-device virtio-blk-pci,drive={drive_id},serial={self.serial}")
+
+
+@dataclasses.dataclass
+class ModelDisk:
+    """An emulated HDD or SSD: the guest sees a virtio disk, while a host
+    process (prism disk serve) answers its requests over NBD when the
+    drive model says they complete, at the host's speed and not the
+    emulated CPU's. The guest side sets the disk's rotational flag (QEMU's
+    virtio-blk has none) and its queue depth (virtio_blk.queue_depth)."""
+    profile: diskmodel.HddProfile | diskmodel.SsdProfile
+    rundir: Path
+    trace: bool = False
+    proc: subprocess.Popen | None = None
+
+    @property
+    def name(self) -> str:
+        return diskmodel.profile_name(self.profile)
+
+    @property
+    def serial(self) -> str:
+        return MODEL_SERIALS[self.name]
+
+    @property
+    def socket(self) -> Path:
+        return self.rundir / "disk.sock"
+
+    @property
+    def backing(self) -> Path:
+        return self.rundir / "disk.img"
+
+    @property
+    def trace_path(self) -> Path:
+        return self.rundir / "disk-trace.csv"
+
+    def qemu_opts(self, index: int) -> str:
+        drive_id = f"prismdisk{index}"
+        # One queue: the profile's depth is then the device's depth.
+        return (f"-drive file=nbd+unix:///?socket={self.socket},if=none,id={drive_id},"
+                f"format=raw,cache=none "
+                f"-device virtio-blk-pci,drive={drive_id},serial={self.serial},num-queues=1")
+
+    def kernel_args(self) -> list[str]:
+        return [f"virtio_blk.queue_depth={self.profile.queue_depth}"]
+
+    def guest_setup(self) -> str:
+        rot = 1 if isinstance(self.profile, diskmodel.HddProfile) else 0
+        return (f'for d in /sys/block/vd*; do [ "$(cat $d/serial 2>/dev/null)" = '
+                f'{self.serial} ] && echo {rot} > $d/queue/rotational; done\n')
+
+    def start(self) -> None:
+        params = self.rundir / "disk-params.toml"
+        params.write_text(diskmodel.to_toml(self.profile))
+        cmd = [sys.executable, "-m", "prism.cli", "disk", "serve", "--params", str(params),
+               "--socket", str(self.socket), "--backing", str(self.backing)]
+        if self.trace:
+            cmd += ["--trace", str(self.trace_path)]
+        self.socket.unlink(missing_ok=True)
+        log = open(self.rundir / "disk-server.log", "w")
+        self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL,
+                                     env=dict(os.environ, PYTHONPATH=str(REPO)))
+        deadline = time.monotonic() + 20
+        while not self.socket.exists():
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise PrismError(f"the disk model server did not start; see "
+                                 f"{self.rundir / 'disk-server.log'}")
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        # The data only lives as long as the boot: drop the (sparse) image.
+        self.backing.unlink(missing_ok=True)
 
 
 @dataclasses.dataclass
@@ -120,7 +200,7 @@ def _guest_pythonpath(rundir: Path) -> Path:
     return lib
 
 
-def _guest_script(command: str, rundir: Path, ko: Path | None) -> str:
+def _guest_script(command: str, rundir: Path, ko: Path | None, setup: str = "") -> str:
     env = {
         "PRISM_RUNDIR": str(rundir),
         "PYTHONPATH": str(_guest_pythonpath(rundir)),
@@ -132,7 +212,7 @@ def _guest_script(command: str, rundir: Path, ko: Path | None) -> str:
     return f"""#!/bin/bash
 {exports}
 cd "$PRISM_RUNDIR"
-bash -c {shlex.quote(command)}
+{setup}bash -c {shlex.quote(command)}
 rc=$?
 echo "$rc" > "$PRISM_RUNDIR/rc"
 dmesg > "$PRISM_RUNDIR/dmesg.txt"
@@ -142,7 +222,7 @@ exit "$rc"
 
 
 def run(k: kernels.Kernel, command: str, *, ko: Path | None = None,
-        disks: list[Disk] = (), memory: str = "2G", cpus: int = 2,
+        disks: list[Disk | ModelDisk] = (), memory: str = "2G", cpus: int = 2,
         accel: str = "auto", timeout: float = 1800, rundir: Path | None = None,
         echo: bool = True) -> VmResult:
     """Boot @k, run @command (bash) in the guest, return what happened."""
@@ -153,13 +233,15 @@ def run(k: kernels.Kernel, command: str, *, ko: Path | None = None,
     rundir.mkdir(parents=True, exist_ok=True)
     for f in ("rc", "dmesg.txt"):
         (rundir / f).unlink(missing_ok=True)
+    models = [d for d in disks if isinstance(d, ModelDisk)]
     script = rundir / "guest.sh"
-    script.write_text(_guest_script(command, rundir, ko))
+    script.write_text(_guest_script(command, rundir, ko,
+                                    "".join(d.guest_setup() for d in models)))
     script.chmod(0o755)
 
     qemu_opts = []
     for i, d in enumerate(disks):
-        if not d.path.exists():
+        if isinstance(d, Disk) and not d.path.exists():
             with open(d.path, "wb") as f:
                 f.truncate(d.size_mb << 20)
         qemu_opts.append(d.qemu_opts(i))
@@ -176,7 +258,17 @@ def run(k: kernels.Kernel, command: str, *, ko: Path | None = None,
     if qemu_opts:
         # "=" form: the value starts with "-" and must not read as an option.
         cmd.append("--qemu-opts=" + " ".join(qemu_opts))
+    for d in models:
+        cmd += [f"--append={a}" for a in d.kernel_args()]
+        d.start()
+    try:
+        return _boot(cmd, rundir, timeout, echo)
+    finally:
+        for d in models:
+            d.stop()
 
+
+def _boot(cmd: list[str], rundir: Path, timeout: float, echo: bool) -> VmResult:
     start = time.monotonic()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             stdin=subprocess.DEVNULL, text=True, errors="replace",

@@ -256,3 +256,51 @@ def test_token_family_spread():
     text = "\n".join(report.family_tables(sums))
     assert "| none | 200.0 | 100.0 | 70.7 |" in text      # sd of 200 and 100
     assert "| prism | 150.0 | 150.0 | 0.0 |" in text
+
+
+TRACE_LINES = [
+    # arrival, start, end, op, sector, sectors, service_ms, cached, late_ms
+    "0.0,0.0,0.010,read,1000,8,10.000,0,0.010",
+    "0.011,0.011,0.012,write,5000,8,0.200,1,0.020",      # taken in by the cache
+    "0.012,0.012,0.018,destage,5000,8,6.000,0,0",
+    "0.020,0.020,0.021,read,5008,8,1.000,0,0.030",       # right after the write-back
+    "0.030,0.030,0.031,flush,0,0,0.200,0,0.040",
+]
+
+
+def test_trace_summary_counts_what_the_media_did(tmp_path):
+    path = tmp_path / stats.TRACE_NAME
+    path.write_text("arrival_s,start_s,end_s,op,sector,sectors,service_ms,cached,late_ms\n"
+                    + "\n".join(TRACE_LINES) + "\n")
+    s = stats.trace_summary(path)
+    assert s["commands"] == 4 and s["media_ops"] == 3
+    assert s["cached_writes"] == 1 and s["flushes"] == 1
+    assert s["service_ms_mean"] == pytest.approx((10 + 6 + 1) / 3)
+    # From the first read's end (sector 1008) to 5000, then contiguous.
+    assert s["jump_mb_mean"] == pytest.approx((3992 * 512 / 1e6 + 0) / 2)
+    assert s["sequential_frac"] == pytest.approx(0.5)
+    assert s["media_busy_frac"] == pytest.approx(0.017 / 0.021)
+    assert s["late_ms_mean"] == pytest.approx(0.025)
+
+
+def test_split_trace_gives_each_run_its_lines(tmp_path):
+    header = "arrival_s,start_s,end_s,op,sector,sectors,service_ms,cached,late_ms\n"
+    body = [line + "\n" for line in TRACE_LINES]
+    trace = tmp_path / stats.TRACE_NAME
+    trace.write_text(header + "".join(body))
+    raw = tmp_path / "raw"
+    cut1 = len(header) + len(body[0]) + len(body[1])
+    # The second mark falls inside line 4: that line belongs to the run
+    # in which it was finished, the second.
+    cut2 = cut1 + len(body[2]) + 5
+    for name, rng in (("000-a", [0, cut1]), ("001-b", [cut1, cut2]),
+                      ("002-c", [cut2, len(header) + sum(map(len, body))])):
+        (raw / name).mkdir(parents=True)
+        (raw / name / "meta.json").write_text(json.dumps({"trace_bytes": rng}))
+    stats.split_trace(trace, raw)
+    got = {d: (raw / d / stats.TRACE_NAME).read_text().splitlines()
+           for d in ("000-a", "001-b", "002-c")}
+    assert all(lines[0] == header.strip() for lines in got.values())
+    assert got["000-a"][1:] == TRACE_LINES[:2]
+    assert got["001-b"][1:] == TRACE_LINES[2:4]
+    assert got["002-c"][1:] == TRACE_LINES[4:]

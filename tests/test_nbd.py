@@ -139,3 +139,30 @@ def test_bad_parameter_file_is_refused(tmp_path):
     assert r.returncode == 2
     assert "rpm must be positive" in r.stderr
     assert not (tmp_path / "img").exists()
+
+
+def test_model_disk_starts_and_stops_its_server(tmp_path):
+    """What prism vm --device hdd does around the boot, without the boot."""
+    from prism import diskmodel, vm
+
+    disk = vm.ModelDisk(diskmodel.HddProfile(queue_depth=2), tmp_path, trace=True)
+    disk.start()
+    try:
+        assert disk.socket.exists()
+        opts = disk.qemu_opts(0)
+        assert f"socket={disk.socket}" in opts and "format=raw" in opts
+        assert "serial=prism-hdd" in opts and "num-queues=1" in opts
+        assert disk.kernel_args() == ["virtio_blk.queue_depth=2"]
+        assert "echo 1 > $d/queue/rotational" in disk.guest_setup()
+        c = Client(str(disk.socket))
+        assert c.write(0, b"x" * 4096) == 0 and c.read(0, 4096) == b"x" * 4096
+        c.close()
+    finally:
+        disk.stop()
+    assert disk.proc.returncode == 0
+    assert not disk.backing.exists() and not disk.socket.exists()
+    assert "2 commands served" in (tmp_path / "disk-server.log").read_text()
+    assert len(trace_rows(disk.trace_path)) >= 2
+    ssd = vm.ModelDisk(diskmodel.SsdProfile(), tmp_path)
+    assert "echo 0 > $d/queue/rotational" in ssd.guest_setup()
+    assert "serial=prism-ssd-model" in ssd.qemu_opts(1)

@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from prism import build, guest, kernels, selftest, vm
+from prism import build, diskmodel, guest, kernels, selftest, vm
 
 CHECK_NAMES = ["setup"] + [name for name, _ in selftest.CHECKS]
 
@@ -30,7 +30,8 @@ def boot(kernel, request):
     ko = build.build(k)
     rundir = vm.new_rundir()
     disks = [vm.Disk(serial=guest.VIRTIO_SERIAL, path=rundir / "virtio.img",
-                     size_mb=256)]
+                     size_mb=256),
+             vm.ModelDisk(diskmodel.HddProfile(), rundir, trace=True)]
     res = vm.run(k, "python3 -m prism.selftest --out results.json", ko=ko,
                  disks=disks, timeout=2400, rundir=rundir, echo=True)
     out = rundir / "results.json"
@@ -63,9 +64,11 @@ def test_vm_guest_suite_exit(boot):
 
 
 @pytest.mark.vm
-def test_bench_quick_end_to_end(request, tmp_path):
+@pytest.mark.parametrize("device", ["nullb-ssd", "hdd"])
+def test_bench_quick_end_to_end(request, tmp_path, device):
     """prism bench run in one boot, all five schedulers, a short run each:
-    the whole pipeline from plan to report (its numbers are not asserted)."""
+    the whole pipeline from plan to report (its numbers are not asserted),
+    on null_blk and on the emulated HDD."""
     if request.config.getoption("--no-vm"):
         pytest.skip("--no-vm")
     import argparse
@@ -76,7 +79,7 @@ def test_bench_quick_end_to_end(request, tmp_path):
     kernel = "6.12" if "6.12" in series else series[0]
     args = argparse.Namespace(kernel=kernel, workload="database_backup",
                               schedulers=bench.ALL_SCHEDULERS, reps=1, runtime=2, ramp=1,
-                              device="nullb-ssd", force=False, out=str(tmp_path / "out"),
+                              device=device, force=False, out=str(tmp_path / "out"),
                               accel="auto", timeout=1200, memory="2G", cpus=2)
     summaries = bench.run(args, command="pytest quick bench")
     out = tmp_path / "out"
@@ -91,3 +94,9 @@ def test_bench_quick_end_to_end(request, tmp_path):
     assert any(s["metrics"].get("isolation_ratio") for s in summaries)
     assert (out / "report.md").exists() and (out / "results.csv").exists()
     assert (out / f"{kernel}-database_backup-bars.png").exists()
+    if device == "hdd":
+        # The drive's trace, cut per run: it served every run's I/O.
+        assert doc["plan"]["disk_params"]["rpm"] == 7200
+        for run in doc["runs"]:
+            assert run["drive"]["media_ops"] > 0 and run["drive"]["commands"] > 0
+        assert "What the emulated drive served" in (out / "report.md").read_text()
