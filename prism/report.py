@@ -290,15 +290,14 @@ def drive_table(runs: list[dict]) -> list[str]:
              "| scheduler | media ops/s | mean service ms | mean jump MB | sequential % "
              "| media busy % | replies late ms |", "|---|---|---|---|---|---|---|"]
     for sched in dict.fromkeys(r["scheduler"] for r in runs):
-        mine = [r for r in runs if r["scheduler"] == sched]
+        drives = [dict(r["drive"], ops_per_s=r["drive"]["media_ops"] / r["wall_s"])
+                  for r in runs if r["scheduler"] == sched and r.get("wall_s")]
 
-        def col(f, scale=1.0, digits=1):
-            return _fmt(stats.summarize([f(r) for r in mine if f(r) is not None]), scale, digits)
-        d = lambda key: (lambda r: r["drive"].get(key))  # noqa: E731
-        lines.append(f"| {sched} | {col(lambda r: r['drive']['media_ops'] / r['wall_s'], 1, 0)} | "
-                     f"{col(d('service_ms_mean'), 1, 2)} | {col(d('jump_mb_mean'), 1, 1)} | "
-                     f"{col(d('sequential_frac'), 0.01, 0)} | {col(d('media_busy_frac'), 0.01, 0)} | "
-                     f"{col(d('late_ms_mean'), 1, 3)} |")
+        def col(key: str, scale: float, digits: int) -> str:
+            return _fmt(stats.summarize([d.get(key) for d in drives]), scale, digits)
+        lines.append(f"| {sched} | {col('ops_per_s', 1, 0)} | {col('service_ms_mean', 1, 2)} | "
+                     f"{col('jump_mb_mean', 1, 1)} | {col('sequential_frac', 0.01, 0)} | "
+                     f"{col('media_busy_frac', 0.01, 0)} | {col('late_ms_mean', 1, 3)} |")
     return lines + [""]
 
 

@@ -153,3 +153,22 @@ def test_parameter_files_round_trip_and_refuse_bad_values():
         diskmodel.load_profile("floppy")
     # Integers are fine where a float is expected.
     assert diskmodel.load_profile("hdd", {"average_seek_ms": 9}).average_seek_ms == 9.0
+
+
+def test_ssd_sequential_buys_nothing_either():
+    """Issue 3's three checks on the SSD: depth-1 random reads at the
+    model's 1 / duration, and sequential or sorted order no faster."""
+    model = SsdModel()
+    one = model.duration(8, False)
+    drive = Drive(SsdModel())
+    rand = run_closed_loop(drive, 1, 2000, random.Random(8))
+    assert rand == pytest.approx(1 / one, rel=0.01)
+    seq = Drive(SsdModel())
+    now, lba = 0.0, 0
+    for _ in range(2000):
+        c = Command(READ, lba, 8)
+        seq.submit(c, now)
+        now = seq.next_event()
+        seq.completed(now)
+        lba += 8
+    assert 2000 / now == pytest.approx(rand, rel=0.01)
