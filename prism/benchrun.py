@@ -138,9 +138,29 @@ def run_one(run: dict, device: Device, plan: dict, rundir: Path) -> dict:
             g.sh(f"umount {MOUNTPOINT}", check=False)
 
 
+def cpu_times() -> list[int]:
+    """The machine's CPU time so far, in clock ticks, as /proc/stat's
+    first line counts it: user nice system idle iowait irq softirq steal."""
+    return [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+
+
+def cpu_shares(before: list[int], after: list[int]) -> dict:
+    """Where all CPUs' time went between two cpu_times(), in percent of
+    it: fio's own usr/sys figures miss the completion work done in
+    interrupts and softirqs, which is where a scheduler's cost partly is."""
+    d = [a - b for a, b in zip(after, before)]
+    total = sum(d) or 1
+
+    def pct(*fields: int) -> float:
+        return round(100.0 * sum(d[i] for i in fields) / total, 2)
+    return {"busy": pct(0, 1, 2, 5, 6, 7), "user": pct(0, 1), "system": pct(2),
+            "irq": pct(5, 6), "iowait": pct(4)}
+
+
 def _measure(run: dict, device: Device, plan: dict, rundir: Path, env: dict,
              workload) -> dict:
     before = device.stat()
+    cpu_before = cpu_times()
     trace = Path(plan["trace"]) if plan.get("trace") else None
     trace_from = trace.stat().st_size if trace else 0
     t0 = time.monotonic()
@@ -151,12 +171,13 @@ def _measure(run: dict, device: Device, plan: dict, rundir: Path, env: dict,
                        timeout=plan["runtime"] + plan["ramp"] + 300)
     wall = time.monotonic() - t0
     after = device.stat()
+    cpu = cpu_shares(cpu_before, cpu_times())
     if r.returncode:
         raise SystemExit(f"bench: fio failed in run {rundir.name}: {r.stderr.strip()[-800:]}")
     # Field 10 of /sys/block/<dev>/stat: milliseconds the device was busy.
     util = min(1.0, (after[9] - before[9]) / (wall * 1000)) if wall > 0 else 0.0
     meta = dict(run, device=device.dev, profile=device.profile, wall_s=round(wall, 2),
-                device_util=round(util, 4), kernel=os.uname().release)
+                device_util=round(util, 4), cpu_all=cpu, kernel=os.uname().release)
     if trace:
         # Where this run's lines are in the drive's trace (the host cuts
         # them out after the boot).

@@ -5,6 +5,8 @@ results.json schema (version 1):
   {"schema": 1, "command": str, "created": ISO time, "plan": {...},
    "runs": [{"kernel", "workload", "scheduler", "rep", "device",
              "device_util", "wall_s", "prism_tiers"?,
+             "cpu_all"? (the whole machine's CPU time during the run, in
+                         percent: busy, user, system, irq (hard+soft), iowait),
              "drive"? (emulated drives: stats.trace_summary of its trace),
              "jobs": [job record, see stats.job_record; plus
                       "isolation_ratio" for a workload's high job]}],
@@ -39,7 +41,7 @@ def collect(raw: Path, kernel: str) -> list[dict]:
         rundir = raw / meta["dir"]
         fio_json = json.loads((rundir / "fio.json").read_text())
         run = {k: meta[k] for k in ("workload", "scheduler", "rep", "device",
-                                    "device_util", "wall_s") if k in meta}
+                                    "device_util", "cpu_all", "wall_s") if k in meta}
         run["kernel"] = kernel
         run["kernel_release"] = meta.get("kernel")
         if "prism_tiers" in meta:
@@ -268,8 +270,9 @@ def report_md(out: Path, command: str, plan: dict, runs: list[dict],
                                  + " | ".join(_fmt(s["metrics"].get("share"), 0.01, 1) + " %"
                                               for s in jobs) + " |")
                 lines.append("")
-            lines += drive_table([r for r in runs if r["kernel"] == kernel
-                                  and r["workload"] == workload and "drive" in r])
+            mine = [r for r in runs if r["kernel"] == kernel and r["workload"] == workload]
+            lines += machine_table(mine)
+            lines += drive_table([r for r in mine if "drive" in r])
             for img in images:
                 if img.startswith(f"{kernel}-{workload}-"):
                     lines.append(f"![{img}]({img})")
@@ -278,6 +281,27 @@ def report_md(out: Path, command: str, plan: dict, runs: list[dict],
     text = "\n".join(lines)
     (out / "report.md").write_text(text)
     return text
+
+
+def machine_table(runs: list[dict]) -> list[str]:
+    """Per scheduler: the device's utilisation and the whole machine's CPU
+    time during the runs (fio's usr/sys above count only its own threads;
+    completions run in interrupts and softirqs)."""
+    if not any("cpu_all" in r for r in runs):
+        return []
+    lines = ["Device utilisation and the whole guest's CPU time (all vCPUs, %):", "",
+             "| scheduler | device busy % | CPU busy % | user % | system % | irq+softirq % |",
+             "|---|---|---|---|---|---|"]
+    for sched in dict.fromkeys(r["scheduler"] for r in runs):
+        mine = [r for r in runs if r["scheduler"] == sched]
+
+        def col(values: list, scale: float = 1.0, digits: int = 1) -> str:
+            return _fmt(stats.summarize([v for v in values if v is not None]), scale, digits)
+        cpu = [r.get("cpu_all", {}) for r in mine]
+        lines.append(f"| {sched} | {col([r.get('device_util') for r in mine], 0.01, 0)} | "
+                     + " | ".join(col([c.get(k) for c in cpu])
+                                  for k in ("busy", "user", "system", "irq")) + " |")
+    return lines + [""]
 
 
 def drive_table(runs: list[dict]) -> list[str]:

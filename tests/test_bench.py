@@ -304,3 +304,16 @@ def test_split_trace_gives_each_run_its_lines(tmp_path):
     assert got["000-a"][1:] == TRACE_LINES[:2]
     assert got["001-b"][1:] == TRACE_LINES[2:4]
     assert got["002-c"][1:] == TRACE_LINES[4:]
+
+
+def test_machine_cpu_shares_and_table():
+    from prism import benchrun
+    # user nice system idle iowait irq softirq steal
+    shares = benchrun.cpu_shares([100, 0, 50, 1000, 0, 0, 0, 0],
+                                 [130, 10, 90, 1100, 10, 5, 5, 0])
+    assert shares == {"busy": 45.0, "user": 20.0, "system": 20.0, "irq": 5.0, "iowait": 5.0}
+    runs = [{"scheduler": "prism", "device_util": 0.9, "cpu_all": shares},
+            {"scheduler": "prism", "device_util": 0.7, "cpu_all": shares}]
+    table = report.machine_table(runs)
+    assert "| prism | 80 ± " in table[4] and "| 45.0 ± 0.0 | 20.0 ± 0.0 |" in table[4]
+    assert report.machine_table([{"scheduler": "none"}]) == []
