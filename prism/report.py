@@ -234,12 +234,15 @@ def report_md(out: Path, command: str, plan: dict, runs: list[dict],
             w = WORKLOADS.get(workload)
             lines += [f"## {workload} ({kernel})", "",
                       (f"Seed {w.seed}: {w.description}." if w else ""), "",
-                      "| scheduler | job | IOPS | mean latency | P99 | P99.9 | sys CPU % "
+                      "| scheduler | job | class | IOPS | mean latency | P99 | P99.9 | sys CPU % "
                       "| worst second IOPS | isolation (P99 / alone) |",
-                      "|---|---|---|---|---|---|---|---|---|"]
+                      "|---|---|---|---|---|---|---|---|---|---|"]
+            classes = {j["job"]: prio_label(j) for r in runs if r["workload"] == workload
+                       for j in r["jobs"]}
             for s in rows:
                 m = s["metrics"]
-                lines.append(f"| {s['scheduler']} | {s['job']} | {_fmt(m.get('iops'))} | "
+                lines.append(f"| {s['scheduler']} | {s['job']} | {classes.get(s['job'], '-')} | "
+                             f"{_fmt(m.get('iops'))} | "
                              f"{_fmt(m.get('lat_mean_us'), 1000, 2)} | "
                              f"{_fmt(m.get('p99_us'), 1000, 2)} | "
                              f"{_fmt(m.get('p99_9_us'), 1000, 2)} | "
@@ -281,6 +284,14 @@ def report_md(out: Path, command: str, plan: dict, runs: list[dict],
     text = "\n".join(lines)
     (out / "report.md").write_text(text)
     return text
+
+
+def prio_label(job: dict) -> str:
+    """A job's I/O priority as fio set it: RT0, BE4, IDLE; "-" if unset."""
+    cls = {"1": "RT", "2": "BE", "3": "IDLE"}.get(str(job.get("prioclass")))
+    if not cls:
+        return "-"
+    return cls if cls == "IDLE" else f"{cls}{job.get('prio') or 0}"
 
 
 def machine_table(runs: list[dict]) -> list[str]:

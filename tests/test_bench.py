@@ -112,7 +112,7 @@ def test_report_from_recorded_run(tmp_path):
     rows = (out / "results.csv").read_text().splitlines()
     assert len(rows) == 1 + 4 and rows[0].startswith("kernel,workload,scheduler")
     md = (out / "report.md").read_text()
-    assert "prism bench run test" in md and "| prism | database_sim |" in md
+    assert "prism bench run test" in md and "| prism | database_sim | BE1 |" in md
     for png in ("6.12-database_backup-bars.png", "6.12-database_backup-latency.png"):
         assert (out / png).read_bytes()[:4] == b"\x89PNG"
 
