@@ -158,8 +158,17 @@ def check_drive_hdd(ctx) -> dict:
     books = conservation(dev)
     ok = (rotational == "1" and tags == 1 and hctxs == 1 and order == "sector"
           and res["errors"] == 0 and books["balanced"])
+    # Depth-1 random reads over the whole disk, for the host to compare
+    # with the model's 1 / (average seek + half a turn + transfer +
+    # overhead): the disk's time comes from the host, not from TCG.
+    g.set_scheduler(dev, "none")
+    rep = g.fio(args=["--name=qd1", f"--filename=/dev/{dev}", "--direct=1",
+                      "--ioengine=psync", "--rw=randread", "--bs=4k", "--runtime=6",
+                      "--time_based", "--randrepeat=0"], timeout=120)
+    qd1 = job(rep, "qd1")
     return {"ok": ok, "device": dev, "rotational": rotational, "nr_tags": tags,
-            "hw_queues": hctxs, "order": order, **res, **books}
+            "hw_queues": hctxs, "order": order, "qd1_randread_iops": qd1["iops"],
+            **res, **books}
 
 
 def check_switch_under_load(ctx) -> dict:

@@ -50,6 +50,18 @@ def test_vm_check(boot, check):
 
 
 @pytest.mark.vm
+def test_vm_hdd_random_reads_follow_the_model(boot):
+    """The guest's depth-1 random reads on the emulated HDD run at the
+    model's rate (its time is the host's, whatever TCG does): never
+    faster, and not much slower for the guest's own overhead."""
+    _, results = boot
+    iops = results.get("drive_hdd", {}).get("qd1_randread_iops")
+    assert iops, "the drive_hdd check did not measure"
+    expected = diskmodel.HddModel().expected_random_iops(8)
+    assert 0.6 * expected < iops < 1.1 * expected, (iops, expected)
+
+
+@pytest.mark.vm
 def test_vm_kernel_log_clean(boot):
     res, _ = boot
     assert res.dmesg, f"no kernel log came back (guest exit {res.returncode})"
