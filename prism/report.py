@@ -227,6 +227,13 @@ def report_md(out: Path, command: str, plan: dict, runs: list[dict],
         "Latency is submission + completion (fio `lat`), in ms.", "",
     ]
     for kernel in sorted({s["kernel"] for s in summaries}):
+        table = overview_table(summaries, kernel)
+        if table:
+            lines += [f"## Overview ({kernel})", "",
+                      "Mean ± 95% interval over the repetitions. Isolation: the job's figure "
+                      "under interference over the same figure alone, same scheduler "
+                      "(1.0 is perfect).", ""] + table
+    for kernel in sorted({s["kernel"] for s in summaries}):
         for workload in list(dict.fromkeys(s["workload"] for s in summaries)):
             rows = [s for s in summaries if s["kernel"] == kernel and s["workload"] == workload]
             if not rows:
@@ -284,6 +291,48 @@ def report_md(out: Path, command: str, plan: dict, runs: list[dict],
     text = "\n".join(lines)
     (out / "report.md").write_text(text)
     return text
+
+
+def overview_table(summaries: list[dict], kernel: str) -> list[str]:
+    """One row per headline figure of each workload, one column per
+    scheduler: the high job's isolation ratio and the bulk job's
+    throughput for the mixes, the mean share deviation, and IOPS and P99
+    of the workloads that run alone. Baseline-only workloads are left out
+    (their figures are in the ratios)."""
+    rows_in = [s for s in summaries if s["kernel"] == kernel]
+    scheds = list(dict.fromkeys(s["scheduler"] for s in rows_in))
+    by = {(s["workload"], s["job"], s["scheduler"]): s["metrics"] for s in rows_in}
+    baselines = {w.baseline for w in WORKLOADS.values() if w.baseline}
+    out = []
+
+    def row(label: str, workload: str, job: str, metric: str, scale: float, digits: int):
+        cells = [_fmt(by.get((workload, job, sc), {}).get(metric), scale, digits) for sc in scheds]
+        if any(c != "-" for c in cells):
+            out.append(f"| {workload} | {label} | " + " | ".join(cells) + " |")
+    for workload in dict.fromkeys(s["workload"] for s in rows_in):
+        w = WORKLOADS.get(workload)
+        if not w or workload in baselines:
+            continue
+        jobs = list(dict.fromkeys(s["job"] for s in rows_in if s["workload"] == workload))
+        if w.high_job and w.baseline:
+            what = "fsync P99" if w.metric == "fsync_p99_us" else "P99"
+            row(f"{w.high_job} isolation ({what} / alone)", workload, w.high_job,
+                "isolation_ratio", 1, 2)
+        if w.high_job and w.family:
+            row(f"{w.high_job} MB/s", workload, w.high_job, "bw_kib", 1024, 1)
+        if w.low_job:
+            row(f"{w.low_job} MB/s", workload, w.low_job, "bw_kib", 1024, 1)
+        if w.share:
+            row("mean deviation from ideal shares (%)", workload, jobs[0], "share_mean_dev",
+                0.01, 0)
+        if not (w.high_job or w.low_job or w.share):
+            for job in jobs:
+                row(f"{job} IOPS", workload, job, "iops", 1, 0)
+                row(f"{job} P99 (ms)", workload, job, "p99_us", 1000, 2)
+    if not out:
+        return []
+    return (["| workload | figure | " + " | ".join(scheds) + " |",
+             "|---|---|" + "---|" * len(scheds)] + out + [""])
 
 
 def prio_label(job: dict) -> str:

@@ -113,6 +113,9 @@ def test_report_from_recorded_run(tmp_path):
     assert len(rows) == 1 + 4 and rows[0].startswith("kernel,workload,scheduler")
     md = (out / "report.md").read_text()
     assert "prism bench run test" in md and "| prism | database_sim | BE1 |" in md
+    assert "## Overview (6.12)" in md
+    assert "| database_backup | database_sim isolation (P99 / alone) | 1.00 |" in md
+    assert "database_alone |" not in md.split("## Overview")[1].split("##")[0]
     for png in ("6.12-database_backup-bars.png", "6.12-database_backup-latency.png"):
         assert (out / png).read_bytes()[:4] == b"\x89PNG"
 
