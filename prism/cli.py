@@ -74,7 +74,12 @@ def _run_vm(k, command, args, rundir=None) -> vm.VmResult:
     ko = build.build(k)
     rundir = rundir or vm.new_rundir()
     kernels.log(f"booting {k.abi} ({args.accel}); module {ko}; run dir {rundir}")
-    return vm.run(k, command, ko=ko, disks=_disks(args, rundir),
+    disks = _disks(args, rundir)
+    for d in disks:
+        if isinstance(d, vm.ModelDisk):
+            kernels.log(f"emulated {d.name} attached (serial {d.serial}, queue depth "
+                        f"{d.profile.queue_depth}); its trace: {d.trace_path}")
+    return vm.run(k, command, ko=ko, disks=disks,
                   memory=args.memory, cpus=args.cpus, accel=args.accel,
                   timeout=args.timeout, rundir=rundir)
 
