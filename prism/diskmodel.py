@@ -317,7 +317,7 @@ PARAM_DOCS = {
 
 def to_toml(profile: HddProfile | SsdProfile) -> str:
     """A parameter file holding @profile, for `prism disk params`."""
-    lines = [f"# prism disk model parameters; edit and pass with --disk-params FILE",
+    lines = ["# prism disk model parameters; edit and pass with --disk-params FILE",
              f'profile = "{profile_name(profile)}"']
     for f in dataclasses.fields(profile):
         val = getattr(profile, f.name)

@@ -39,7 +39,7 @@ SIMPLE_REPLY_MAGIC = 0x67446698
 FLAG_FIXED_NEWSTYLE, FLAG_NO_ZEROES = 1, 2
 OPT_EXPORT_NAME, OPT_ABORT, OPT_LIST, OPT_INFO, OPT_GO = 1, 2, 3, 6, 7
 REP_ACK, REP_SERVER, REP_INFO = 1, 2, 3
-REP_ERR_UNSUP, REP_ERR_INVALID = 2**31 + 1, 2**31 + 3
+REP_ERR_UNSUP = 2**31 + 1
 INFO_EXPORT, INFO_BLOCK_SIZE = 0, 3
 TFLAG_HAS_FLAGS, TFLAG_SEND_FLUSH, TFLAG_SEND_FUA, TFLAG_ROTATIONAL = 1, 4, 8, 16
 CMD_READ, CMD_WRITE, CMD_DISC, CMD_FLUSH = 0, 1, 2, 3
@@ -117,7 +117,9 @@ class Server:
                 raise ProtocolError("bad option magic")
             if length > 65536:
                 raise ProtocolError("option too long")
-            data = _recv_exact(conn, length)
+            # The option's data (an export name, info requests) changes
+            # nothing: there is one export and every client gets all info.
+            _recv_exact(conn, length)
             if opt == OPT_EXPORT_NAME:
                 conn.sendall(struct.pack(">QH", self.size, self._tflags())
                              + (b"" if no_zeroes else bytes(124)))
