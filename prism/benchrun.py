@@ -227,7 +227,9 @@ def main(argv=None) -> int:
         log(f"run {run['index'] + 1}/{len(runs)}: {run['workload']} on {run['scheduler']}, "
             f"rep {run['rep'] + 1}/{plan['reps']}; about {left / 60:.1f} min left")
         done.append(run_one(run, device, plan, out / run["dir"]))
-    (out / "manifest.json").write_text(json.dumps({"plan": plan, "runs": done}, indent=1))
+        # After every run, not once at the end: if a later run fails, the
+        # runs already measured stay readable (report.collect takes them).
+        (out / "manifest.json").write_text(json.dumps({"plan": plan, "runs": done}, indent=1))
     log(f"{len(done)} runs in {(time.monotonic() - started) / 60:.1f} min")
     return 0
 

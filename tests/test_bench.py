@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from prism import bench, report, stats, workloads
+from prism import bench, benchrun, report, stats, workloads
 from prism.errors import PrismError
 
-DATA = Path(__file__).resolve().parent / "data" / "fio-run"
+REPO = Path(__file__).resolve().parent.parent
+DATA = REPO / "tests" / "data" / "fio-run"
 
 
 @pytest.fixture(scope="module")
@@ -320,3 +321,25 @@ def test_machine_cpu_shares_and_table():
     table = report.machine_table(runs)
     assert "| prism | 80 ± " in table[4] and "| 45.0 ± 0.0 | 20.0 ± 0.0 |" in table[4]
     assert report.machine_table([{"scheduler": "none"}]) == []
+
+
+def test_manifest_keeps_the_runs_before_a_failure(tmp_path, monkeypatch):
+    """A run that fails late in a long boot leaves the earlier runs in
+    the manifest, readable by report.collect."""
+    calls = []
+
+    def fake_run_one(run, device, plan, rundir):
+        if len(calls) == 2:
+            raise SystemExit("bench: fio failed")
+        calls.append(run)
+        return dict(run)
+    monkeypatch.setattr(benchrun, "run_one", fake_run_one)
+    monkeypatch.setattr(benchrun.shutil, "which", lambda name: "/usr/bin/" + name)
+    monkeypatch.setattr(benchrun.g, "mount_debugfs", lambda: None)
+    plan = {"profile": "virtio", "workloads": ["database_alone"],
+            "schedulers": ["none", "prism"], "reps": 2, "runtime": 1, "ramp": 0}
+    (tmp_path / "plan.json").write_text(json.dumps(plan))
+    with pytest.raises(SystemExit):
+        benchrun.main(["--plan", str(tmp_path / "plan.json"), "--out", str(tmp_path / "raw")])
+    manifest = json.loads((tmp_path / "raw" / "manifest.json").read_text())
+    assert [r["scheduler"] for r in manifest["runs"]] == ["none", "prism"]
