@@ -155,12 +155,28 @@ def disk_profile(args) -> diskmodel.HddProfile | diskmodel.SsdProfile:
         raise PrismError(f"{path or args.device}: {e}")
 
 
+def source_revision() -> str | None:
+    """The commit of the prism tree that runs, '+changes' if its module
+    or harness differ from it: a report says which code it measured."""
+    repo = Path(__file__).resolve().parent.parent
+    try:
+        head = subprocess.run(["git", "-C", str(repo), "rev-parse", "--short=12", "HEAD"],
+                              capture_output=True, text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(repo), "status", "--porcelain", "--",
+                                "module", "prism"],
+                               capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return head + ("+changes" if dirty else "")
+
+
 def make_plan(args) -> dict:
     plan = {"profile": "real" if args.device.startswith("/") else args.device,
             "device": args.device if args.device.startswith("/") else None,
             "workloads": [w.name for w in workloads.get(args.workload)],
             "schedulers": parse_schedulers(args.schedulers),
-            "reps": args.reps, "runtime": args.runtime, "ramp": args.ramp}
+            "reps": args.reps, "runtime": args.runtime, "ramp": args.ramp,
+            "source": source_revision()}
     if args.device in MODEL_PROFILES:
         # Recorded with the results: what the emulated drive was.
         plan["disk_params"] = dataclasses.asdict(disk_profile(args))

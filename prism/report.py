@@ -216,6 +216,7 @@ def report_md(out: Path, command: str, plan: dict, runs: list[dict],
     lines = [
         "# prism bench report", "",
         f"Command: `{command}`", "",
+        f"prism source: `{plan['source']}`." if plan.get("source") else "", "",
         f"Kernel(s): {', '.join(kernels)}. Device profile: {plan['profile']}"
         + (f" ({plan['device']})" if plan.get("device") else "")
         + f". {plan['reps']} repetitions of {plan['runtime']} s after {plan['ramp']} s ramp,"

@@ -99,7 +99,8 @@ def test_report_from_recorded_run(tmp_path):
     (raw / "manifest.json").write_text(json.dumps({"plan": {}, "runs": metas}))
     runs = report.collect(raw, "6.12")
     plan = {"profile": "nullb-ssd", "reps": 1, "runtime": 3, "ramp": 1,
-            "workloads": ["database_alone", "database_backup"], "schedulers": ["prism"]}
+            "workloads": ["database_alone", "database_backup"], "schedulers": ["prism"],
+            "source": "0123456789ab+changes"}
     out = tmp_path / "out"
     out.mkdir()
     summaries = report.write_all(out, "prism bench run test", plan, runs)
@@ -114,6 +115,7 @@ def test_report_from_recorded_run(tmp_path):
     assert len(rows) == 1 + 4 and rows[0].startswith("kernel,workload,scheduler")
     md = (out / "report.md").read_text()
     assert "prism bench run test" in md and "| prism | database_sim | BE1 |" in md
+    assert "prism source: `0123456789ab+changes`" in md
     assert "## Overview (6.12)" in md
     assert "| database_backup | database_sim isolation (P99 / alone) | 1.00 |" in md
     assert "database_alone |" not in md.split("## Overview")[1].split("##")[0]
@@ -321,6 +323,15 @@ def test_machine_cpu_shares_and_table():
     table = report.machine_table(runs)
     assert "| prism | 80 ± " in table[4] and "| 45.0 ± 0.0 | 20.0 ± 0.0 |" in table[4]
     assert report.machine_table([{"scheduler": "none"}]) == []
+
+
+def test_source_revision_names_this_tree():
+    rev = bench.source_revision()
+    if rev is None:
+        pytest.skip("not a git checkout")
+    head = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=REPO,
+                          capture_output=True, text=True, check=True).stdout.strip()
+    assert rev.split("+")[0] == head
 
 
 def test_manifest_keeps_the_runs_before_a_failure(tmp_path, monkeypatch):
