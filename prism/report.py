@@ -8,8 +8,11 @@ results.json schema (version 1):
              "cpu_all"? (the whole machine's CPU time during the run, in
                          percent: busy, user, system, irq (hard+soft), iowait),
              "drive"? (emulated drives: stats.trace_summary of its trace),
-             "jobs": [job record, see stats.job_record; plus
-                      "isolation_ratio" for a workload's high job]}],
+             "jobs": [job record, see stats.job_record; iops and bw_kib
+                      over the run's common window "window_s", "late_s" how
+                      long into it the job's first I/O completed
+                      (stats.common_window); plus "isolation_ratio" for a
+                      workload's high job]}],
    "summaries": [{"kernel", "workload", "scheduler", "job",
                   "metrics": {name: {"n", "mean", "sd", "ci95", "min", "max"}}}]}
 Times are in microseconds, throughput in IOPS and KiB/s, CPU in percent
@@ -30,7 +33,7 @@ SUMMARY_METRICS = ("iops", "bw_kib", "lat_mean_us", "clat_mean_us", "p50_us",
                    "p95_us", "p99_us", "p99_9_us", "lat_max_us", "usr_cpu",
                    "sys_cpu", "min_iops_1s", "isolation_ratio", "share",
                    "share_dev", "share_mean_dev", "fsync_mean_us", "fsync_p50_us",
-                   "fsync_p99_us", "fsync_p99_9_us")
+                   "fsync_p99_us", "fsync_p99_9_us", "late_s", "window_s")
 
 
 def collect(raw: Path, kernel: str) -> list[dict]:
@@ -113,7 +116,7 @@ def write_csv(path: Path, runs: list[dict]) -> None:
     cols = ["kernel", "workload", "scheduler", "rep", "job", "ios", "iops", "bw_kib",
             "lat_mean_us", "clat_mean_us", "p50_us", "p95_us", "p99_us", "p99_9_us",
             "lat_max_us", "usr_cpu", "sys_cpu", "min_iops_1s", "isolation_ratio",
-            "device_util", "errors"]
+            "window_s", "late_s", "device_util", "errors"]
     with open(path, "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(cols)
@@ -257,6 +260,7 @@ def report_md(out: Path, command: str, plan: dict, runs: list[dict],
                              f"{_fmt(m.get('sys_cpu'), 1, 1)} | {_fmt(m.get('min_iops_1s'))} | "
                              f"{_fmt(m.get('isolation_ratio'), 1, 2)} |")
             lines.append("")
+            lines += late_lines(rows)
             fsync_rows = [s for s in rows if "fsync_p99_us" in s["metrics"]]
             if fsync_rows:
                 lines += ["fsync latency (ms):", "",
@@ -292,6 +296,19 @@ def report_md(out: Path, command: str, plan: dict, runs: list[dict],
     text = "\n".join(lines)
     (out / "report.md").write_text(text)
     return text
+
+
+def late_lines(rows: list[dict], threshold_s: float = 0.5) -> list[str]:
+    """Jobs that completed nothing for a while at the start of the
+    measurement window (stats.common_window): a scheduler starved them."""
+    out = []
+    for s in rows:
+        late, window = s["metrics"].get("late_s"), s["metrics"].get("window_s")
+        if late and window and late["mean"] >= threshold_s:
+            out.append(f"- {s['job']} under {s['scheduler']} completed no I/O for the first "
+                       f"{late['mean']:.1f} s of the {window['mean']:.1f} s window "
+                       f"(mean of {late['n']} runs; longest {late['max']:.1f} s): starved.")
+    return out + [""] if out else []
 
 
 def overview_table(summaries: list[dict], kernel: str) -> list[str]:

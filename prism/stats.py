@@ -66,6 +66,8 @@ def job_record(job: dict) -> dict:
     lat = _merge_dirs(job, "lat_ns")
     clat = _merge_dirs(job, "clat_ns")
     rec = {"job": job["jobname"], "ios": ios, "iops": iops, "bw_kib": bw,
+           "kib": sum(job[d]["io_kbytes"] for d in ("read", "write") if d in job),
+           "runtime_ms": job.get("job_runtime"),
            "errors": job.get("error", 0),
            "usr_cpu": job.get("usr_cpu", 0.0), "sys_cpu": job.get("sys_cpu", 0.0),
            "prio": job.get("job options", {}).get("prio"),
@@ -117,8 +119,31 @@ def per_second(points: list[tuple[float, float]], how: str) -> list[tuple[int, f
     return rows
 
 
+def common_window(recs: list[dict]) -> None:
+    """Measure every job of a run over the same window. fio starts a job's
+    measurement when its ramp ends, and it notices that only at the job's
+    next completion: a job a scheduler starves begins measuring late, and
+    its own IOPS would count only the time it was served. The job files
+    stop every job with the first (exitall), so the window is the longest
+    job runtime; each job's throughput is taken over it, and late_s says
+    how long after its start a job completed its first I/O. A job that
+    started a whole second late had a second with no completion."""
+    runtimes = [r["runtime_ms"] for r in recs if r.get("runtime_ms")]
+    if not runtimes:
+        return
+    window = max(runtimes) / 1000
+    for r in recs:
+        r["window_s"] = window
+        r["late_s"] = window - (r.get("runtime_ms") or 0) / 1000
+        r["iops"] = r["ios"] / window
+        r["bw_kib"] = r["kib"] / window
+        if r["late_s"] >= 1.0 and "min_iops_1s" in r:
+            r["min_iops_1s"] = 0.0
+
+
 def run_records(fio_json: dict, rundir: Path | None = None) -> list[dict]:
-    """Job records of one run, with per-second series when logs exist.
+    """Job records of one run, with per-second series when logs exist,
+    throughput over the run's common window (see common_window).
     Logs are numbered by job in creation order (log_lat.1.log is the first
     job); a JSON entry that group_reporting made of numjobs clones covers
     that many consecutive logs, summed (IOPS) or averaged (latency)."""
@@ -141,6 +166,7 @@ def run_records(fio_json: dict, rundir: Path | None = None) -> list[dict]:
             full = [v for _, v in iops[:-1]] if len(iops) > 1 else [v for _, v in iops]
             rec["min_iops_1s"] = min(full) if full else None
         recs.append(rec)
+    common_window(recs)
     return recs
 
 
