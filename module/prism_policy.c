@@ -25,13 +25,23 @@ void prism_tunables_init(struct prism_tunables *t, unsigned int hz)
 	t->low_depth = 50;
 	/* 64 sectors = 32 KiB: readahead windows and small skips still count. */
 	t->seq_gap = 64;
+	/*
+	 * Bulk work keeps moving under a busy higher tier: LOW gets one
+	 * dispatch in ten, NORMAL one in four of those from it and HIGH.
+	 * The ratios follow bfq's weights by BE level (BE1 : BE7 = 7 : 1,
+	 * BE1 : BE4 = 7 : 4), rounded towards the higher tier.
+	 */
+	t->share[PRISM_HIGH] = 0;
+	t->share[PRISM_NORMAL] = 25;
+	t->share[PRISM_LOW] = 10;
 }
 
 bool prism_tunables_valid(const struct prism_tunables *t)
 {
 	/* The two BE cut-offs may not cross: a level is in exactly one tier. */
 	return t->be_high_max >= -1 && t->be_high_max < t->be_low_min &&
-	       t->be_low_min <= 8;
+	       t->be_low_min <= 8 && t->share[PRISM_NORMAL] <= PRISM_SHARE_MAX &&
+	       t->share[PRISM_LOW] <= PRISM_SHARE_MAX;
 }
 
 enum prism_tier prism_classify(unsigned int ioprio_class, unsigned int level,
@@ -56,10 +66,14 @@ enum prism_tier prism_classify(unsigned int ioprio_class, unsigned int level,
 
 void prism_batch_reset(struct prism_batch *b)
 {
+	int tier;
+
 	b->tier = -1;
 	b->dir = PRISM_READ;
 	b->count = 0;
 	b->starved = 0;
+	for (tier = 0; tier < PRISM_NR_TIERS; tier++)
+		b->credit[tier] = 0;
 }
 
 static bool tier_queued(const struct prism_tier_view *v)
@@ -106,10 +120,80 @@ static bool pick_aged(const struct prism_tier_view view[PRISM_NR_TIERS],
 	return found;
 }
 
+/* A tier's older FIFO head: where a request served out of turn comes from. */
+static int oldest_dir(const struct prism_tier_view *v)
+{
+	const struct prism_fifo_view *r = &v->dir[PRISM_READ];
+	const struct prism_fifo_view *w = &v->dir[PRISM_WRITE];
+
+	if (!r->queued)
+		return PRISM_WRITE;
+	if (w->queued && !prism_time_after_eq(w->oldest, r->oldest))
+		return PRISM_WRITE;
+	return PRISM_READ;
+}
+
+/*
+ * Shares: a tier below @first that is owed a dispatch (its credit has
+ * reached 100 - share), the lowest first since it has the least. Served
+ * in its own order, from the FIFO head only if that has expired, so a
+ * sequential stream stays sequential.
+ */
+static bool pick_share(const struct prism_tier_view view[PRISM_NR_TIERS],
+		       int first, const struct prism_batch *b,
+		       const struct prism_tunables *t, unsigned long now,
+		       struct prism_choice *c)
+{
+	int tier;
+
+	for (tier = PRISM_NR_TIERS - 1; tier > first; tier--) {
+		u32 share = t->share[tier];
+
+		if (!share || !tier_queued(&view[tier]) ||
+		    b->credit[tier] < PRISM_SHARE_UNIT - share)
+			continue;
+		c->tier = tier;
+		c->dir = oldest_dir(&view[tier]);
+		c->expired = prism_time_after_eq(now,
+						 view[tier].dir[c->dir].oldest +
+						 t->fifo_expire[c->dir]);
+		c->take = c->expired ? PRISM_TAKE_FIFO : PRISM_TAKE_NEXT;
+		c->shared = true;
+		return true;
+	}
+	return false;
+}
+
+/*
+ * Keep the share credits after a choice: a waiting tier below the one
+ * served earns its share; a tier served by its share pays for the
+ * dispatch; one served in its own right, or with nothing queued, starts
+ * again from zero, so no tier banks credit while it is idle or first.
+ */
+static void account_shares(const struct prism_tier_view view[PRISM_NR_TIERS],
+			   struct prism_batch *b,
+			   const struct prism_tunables *t,
+			   const struct prism_choice *c)
+{
+	int tier;
+
+	for (tier = 0; tier < PRISM_NR_TIERS; tier++) {
+		if (!tier_queued(&view[tier]))
+			b->credit[tier] = 0;
+		else if (tier > c->tier)
+			b->credit[tier] += t->share[tier];
+		else if (tier == c->tier && c->shared)
+			b->credit[tier] -= PRISM_SHARE_UNIT - t->share[tier];
+		else if (tier == c->tier)
+			b->credit[tier] = 0;
+	}
+}
+
 /*
  * Choose the tier, direction and request to dispatch next. Returns false
- * when every tier is empty. Order: aged lower-tier requests, then the
- * highest non-empty tier; inside a tier, mq-deadline's rules: continue the
+ * when every tier is empty. Order: aged lower-tier requests, then a lower
+ * tier owed its share, then the highest non-empty tier; inside a tier,
+ * mq-deadline's rules: continue the
  * current batch in sort order up to fifo_batch, otherwise start a new one,
  * preferring reads unless writes have been passed over writes_starved
  * times, and starting from the FIFO head when it has expired.
@@ -129,10 +213,13 @@ bool prism_choose(const struct prism_tier_view view[PRISM_NR_TIERS],
 		return false;
 
 	c->aged = false;
+	c->shared = false;
 	c->expired = false;
 
-	if (pick_aged(view, tier, t, now, c)) {
+	if (pick_aged(view, tier, t, now, c) ||
+	    pick_share(view, tier, b, t, now, c)) {
 		/* One request out of turn; then arbitrate afresh. */
+		account_shares(view, b, t, c);
 		b->tier = -1;
 		b->count = 0;
 		return true;
@@ -146,6 +233,7 @@ bool prism_choose(const struct prism_tier_view view[PRISM_NR_TIERS],
 		c->dir = b->dir;
 		c->take = PRISM_TAKE_NEXT;
 		b->count++;
+		account_shares(view, b, t, c);
 		return true;
 	}
 
@@ -165,6 +253,7 @@ bool prism_choose(const struct prism_tier_view view[PRISM_NR_TIERS],
 	b->tier = tier;
 	b->dir = dir;
 	b->count = 1;
+	account_shares(view, b, t, c);
 	return true;
 }
 

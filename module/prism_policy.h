@@ -53,6 +53,10 @@ enum prism_sort_mode {
 	PRISM_SORT_FIFO = 2,	/* arrival order, as for flash */
 };
 
+/* Shares are in percent of dispatches; above half a lower tier would lead. */
+#define PRISM_SHARE_UNIT	100
+#define PRISM_SHARE_MAX		50
+
 /* The tunables the policy reads; times in jiffies, depths in percent. */
 struct prism_tunables {
 	unsigned long fifo_expire[PRISM_NR_DIRS];
@@ -64,6 +68,12 @@ struct prism_tunables {
 	u32 normal_depth;	/* % of scheduler tags NORMAL may hold */
 	u32 low_depth;		/* % of scheduler tags LOW may hold */
 	u32 seq_gap;		/* sectors a stream may skip and stay sequential */
+	/*
+	 * Tier shares, in percent: a waiting tier gets at least this part of
+	 * the dispatches made from it and the tiers above it (0: none, strict
+	 * priority and aging only). Indexed by tier; HIGH's is unused.
+	 */
+	u32 share[PRISM_NR_TIERS];
 };
 
 /* What one FIFO of one tier holds, as the mechanism reports it. */
@@ -77,7 +87,7 @@ struct prism_tier_view {
 };
 
 /*
- * Batch state, owned by the policy and kept by the mechanism between
+ * Dispatch state, owned by the policy and kept by the mechanism between
  * dispatches. A batch is a run of requests from one tier and direction
  * taken in sort order without re-checking FIFO deadlines.
  */
@@ -86,6 +96,12 @@ struct prism_batch {
 	int dir;
 	u32 count;		/* requests dispatched in this batch */
 	u32 starved;		/* read batches chosen while writes waited */
+	/*
+	 * Share credit per tier, in percent of a dispatch: grows by the
+	 * tier's share for each dispatch from a tier above while it waits;
+	 * at 100 - share the tier is owed a dispatch (see pick_share()).
+	 */
+	u32 credit[PRISM_NR_TIERS];
 };
 
 enum prism_take {
@@ -98,6 +114,7 @@ struct prism_choice {
 	int dir;
 	enum prism_take take;
 	bool aged;		/* a lower tier served ahead of a busier higher one */
+	bool shared;		/* the same, because the tier was owed its share */
 	bool expired;		/* the FIFO head had passed its deadline */
 };
 

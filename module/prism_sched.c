@@ -3,8 +3,9 @@
  * prism: a priority-aware blk-mq I/O scheduler.
  *
  * Requests are sorted into three tiers by I/O priority (HIGH, NORMAL, LOW);
- * the highest non-empty tier is served first, and a request of a lower
- * tier that has waited prio_aging_expire is served ahead of it. Inside a
+ * the highest non-empty tier is served first, but a waiting lower tier
+ * gets its share of the dispatches (normal_share, low_share) and a request
+ * that has waited prio_aging_expire is served ahead of it. Inside a
  * tier prism behaves like mq-deadline: per-direction FIFOs with deadlines,
  * batches in sector order (C-LOOK on rotational media, arrival order on
  * flash), reads preferred over writes up to writes_starved. Scheduler tag
@@ -74,6 +75,7 @@ struct prism_tier_queue {
 	u64 dispatched;
 	u64 merged;
 	u64 aged;
+	u64 shared;
 	u64 expired;
 	atomic64_t completed;
 };
@@ -335,7 +337,9 @@ static struct request *prism_dispatch_request(struct blk_mq_hw_ctx *hctx)
 	}
 	if (c.aged)
 		pd->tier[c.tier].aged++;
-	if (c.expired && !c.aged)
+	if (c.shared)
+		pd->tier[c.tier].shared++;
+	if (c.expired && !c.aged && !c.shared)
 		pd->tier[c.tier].expired++;
 	prism_note_dispatch(&pd->batch, &pd->tun, pd->sorted,
 			    prism_rq_state(rq) & PRISM_RQ_SEQ);
@@ -565,6 +569,8 @@ enum prism_attr_id {
 	PRISM_ATTR_LOW_DEPTH,
 	PRISM_ATTR_SEQ_GAP,
 	PRISM_ATTR_SORT_MODE,
+	PRISM_ATTR_NORMAL_SHARE,
+	PRISM_ATTR_LOW_SHARE,
 };
 
 /* An hour: longer deadlines mean none; shown values stay within int. */
@@ -588,6 +594,8 @@ static const struct prism_attr_range prism_attr_ranges[] = {
 	[PRISM_ATTR_LOW_DEPTH]		= { 1, 100 },
 	[PRISM_ATTR_SEQ_GAP]		= { 0, 1 << 20 },
 	[PRISM_ATTR_SORT_MODE]		= { 0, 2 },
+	[PRISM_ATTR_NORMAL_SHARE]	= { 0, PRISM_SHARE_MAX },
+	[PRISM_ATTR_LOW_SHARE]		= { 0, PRISM_SHARE_MAX },
 };
 
 /*
@@ -638,6 +646,10 @@ static int prism_attr_get(struct prism_data *pd, const struct prism_tunables *t,
 		return t->seq_gap;
 	case PRISM_ATTR_SORT_MODE:
 		return pd->sort_mode;
+	case PRISM_ATTR_NORMAL_SHARE:
+		return t->share[PRISM_NORMAL];
+	case PRISM_ATTR_LOW_SHARE:
+		return t->share[PRISM_LOW];
 	}
 	return 0;
 }
@@ -701,6 +713,12 @@ static ssize_t prism_attr_store(struct elevator_queue *e, const char *page,
 		case PRISM_ATTR_SEQ_GAP:
 			t.seq_gap = val;
 			break;
+		case PRISM_ATTR_NORMAL_SHARE:
+			t.share[PRISM_NORMAL] = val;
+			break;
+		case PRISM_ATTR_LOW_SHARE:
+			t.share[PRISM_LOW] = val;
+			break;
 		default:
 			break;
 		}
@@ -741,6 +759,8 @@ PRISM_ATTR(normal_depth, PRISM_ATTR_NORMAL_DEPTH)
 PRISM_ATTR(low_depth, PRISM_ATTR_LOW_DEPTH)
 PRISM_ATTR(seq_gap, PRISM_ATTR_SEQ_GAP)
 PRISM_ATTR(sort_mode, PRISM_ATTR_SORT_MODE)
+PRISM_ATTR(normal_share, PRISM_ATTR_NORMAL_SHARE)
+PRISM_ATTR(low_share, PRISM_ATTR_LOW_SHARE)
 
 #define PRISM_ATTR_ENTRY(name) \
 	__ATTR(name, 0644, prism_##name##_show, prism_##name##_store)
@@ -758,6 +778,8 @@ static struct elv_fs_entry prism_attrs[] = {
 	PRISM_ATTR_ENTRY(low_depth),
 	PRISM_ATTR_ENTRY(seq_gap),
 	PRISM_ATTR_ENTRY(sort_mode),
+	PRISM_ATTR_ENTRY(normal_share),
+	PRISM_ATTR_ENTRY(low_share),
 	__ATTR_NULL
 };
 
@@ -770,17 +792,17 @@ static int prism_tiers_show(void *data, struct seq_file *m)
 	struct prism_data *pd = q->elevator->elevator_data;
 	int t;
 
-	seq_puts(m, "tier queued inserted requeued dispatched merged aged expired completed\n");
+	seq_puts(m, "tier queued inserted requeued dispatched merged aged shared expired completed\n");
 	spin_lock(&pd->lock);
 	for (t = 0; t < PRISM_NR_TIERS; t++) {
 		struct prism_tier_queue *tq = &pd->tier[t];
 
-		seq_printf(m, "%s %u %llu %llu %llu %llu %llu %llu %lld\n",
+		seq_printf(m, "%s %u %llu %llu %llu %llu %llu %llu %llu %lld\n",
 			   prism_tier_name[t],
 			   tq->queued[PRISM_READ] + tq->queued[PRISM_WRITE] +
 			   tq->queued_head,
 			   tq->inserted, tq->requeued, tq->dispatched,
-			   tq->merged, tq->aged, tq->expired,
+			   tq->merged, tq->aged, tq->shared, tq->expired,
 			   atomic64_read(&tq->completed));
 	}
 	spin_unlock(&pd->lock);
@@ -801,11 +823,12 @@ static int prism_batch_show(void *data, struct seq_file *m)
 	sorted = pd->sorted;
 	spin_unlock(&pd->lock);
 
-	seq_printf(m, "tier=%s dir=%s count=%u fifo_batch=%u starved=%u order=%s head=%llu\n",
+	seq_printf(m, "tier=%s dir=%s count=%u fifo_batch=%u starved=%u order=%s head=%llu credit_normal=%u credit_low=%u\n",
 		   b.tier >= 0 ? prism_tier_name[b.tier] : "none",
 		   prism_dir_name[b.dir], b.count, READ_ONCE(pd->tun.fifo_batch),
 		   b.starved, sorted ? "sector" : "fifo",
-		   (unsigned long long)head);
+		   (unsigned long long)head, b.credit[PRISM_NORMAL],
+		   b.credit[PRISM_LOW]);
 	return 0;
 }
 

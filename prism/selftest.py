@@ -35,6 +35,8 @@ TUNABLES = {
     "low_depth": (50, 40, 1, 100),
     "seq_gap": (64, 128, 0, 1 << 20),
     "sort_mode": (0, 2, 0, 2),
+    "normal_share": (25, 30, 0, 50),
+    "low_share": (10, 20, 0, 50),
 }
 EINVAL = 22
 
@@ -317,7 +319,8 @@ def check_aging(ctx) -> dict:
     out = {}
     for aging_ms in (250, 0):
         g.set_scheduler(dev, "none")    # a fresh prism instance, fresh counters
-        g.set_scheduler(dev, "prism", {"prio_aging_expire": aging_ms})
+        # Aging alone: LOW's share would serve it sooner (check_share).
+        g.set_scheduler(dev, "prism", {"prio_aging_expire": aging_ms, "low_share": 0})
         g.write_queue(dev, "nr_requests", SCHED_TAGS)
         rep = g.fio(args=contention_jobs(dev, high, low, 6), timeout=300)
         tiers = g.prism_tiers(dev)
@@ -337,6 +340,39 @@ def check_aging(ctx) -> dict:
           and on["low_ios"] > 2 * off["low_ios"]
           and on["balanced"] and off["balanced"])
     return {"ok": ok, "aging_250ms": on, "aging_off": off}
+
+
+def check_share(ctx) -> dict:
+    """A waiting LOW tier gets its share of the dispatches while HIGH
+    saturates the device: with aging off, LOW's part of what prism
+    dispatched is low_share percent (prism's own books, so no timing),
+    and with low_share 0 LOW gets nothing."""
+    dev = ctx["nullb"]
+    high = "--rw=randread --bs=4k --iodepth=32 --prioclass=1 --prio=0"
+    low = "--rw=read --bs=128k --iodepth=8 --prioclass=2 --prio=7 --offset=1G"
+    out = {}
+    for share in (10, 30, 0):
+        g.set_scheduler(dev, "none")    # a fresh prism instance, fresh counters
+        g.set_scheduler(dev, "prism", {"prio_aging_expire": 0, "low_share": share})
+        g.write_queue(dev, "nr_requests", SCHED_TAGS)
+        rep = g.fio(args=contention_jobs(dev, high, low, 5), timeout=300)
+        tiers = g.prism_tiers(dev)
+        hi, lo = tiers["high"]["dispatched"], tiers["low"]["dispatched"]
+        out[share] = {"low_part": lo / (hi + lo) if hi + lo else 0.0,
+                      "low_shared": tiers["low"]["shared"], "low_dispatched": lo,
+                      "high_dispatched": hi, "low_ios": job(rep, "low")["ios"],
+                      "high_ios": job(rep, "high")["ios"], "tiers": tiers,
+                      "balanced": conservation(dev)["balanced"]}
+    g.set_scheduler(dev, "none")
+    g.set_scheduler(dev, "prism")       # defaults again for the checks after
+    # HIGH keeps about 30 requests queued on a 2-slot device, so LOW is
+    # served only by its share: its part is the share within a few requests
+    # dispatched while HIGH's queue was briefly empty (fio's start and end).
+    ok = (all(abs(out[s]["low_part"] - s / 100) < 0.02 and out[s]["low_ios"] > 0
+              and out[s]["low_shared"] >= 0.9 * out[s]["low_dispatched"] for s in (10, 30))
+          and out[0]["low_shared"] == 0 and out[0]["low_part"] < 0.01
+          and all(o["balanced"] for o in out.values()))
+    return {"ok": ok, **{f"low_share_{s}": o for s, o in out.items()}}
 
 
 def check_unload(ctx) -> dict:
@@ -372,6 +408,7 @@ CHECKS = [
     ("switch_under_load", check_switch_under_load),
     ("priority_latency", check_priority_latency),
     ("aging", check_aging),
+    ("share", check_share),
     ("unload", check_unload),
 ]
 

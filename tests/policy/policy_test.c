@@ -140,6 +140,13 @@ TEST(tunables_valid_rejects_crossed_cutoffs)
 	t.be_low_min = 8;
 	t.be_high_max = -2;
 	CHECK(!prism_tunables_valid(&t));
+	t.be_high_max = 2;
+	t.share[PRISM_LOW] = PRISM_SHARE_MAX + 1;
+	CHECK(!prism_tunables_valid(&t));
+	t.share[PRISM_LOW] = PRISM_SHARE_MAX;
+	CHECK(prism_tunables_valid(&t));
+	t.share[PRISM_NORMAL] = PRISM_SHARE_MAX + 1;
+	CHECK(!prism_tunables_valid(&t));
 }
 
 TEST(empty_queues_choose_nothing)
@@ -425,12 +432,161 @@ TEST(sort_mode_follows_media)
 }
 
 /*
+ * Dispatch @n times with the tiers in @busy always backlogged (reads, in
+ * arrival order at time 10, never expiring before @now = 20) and count
+ * what each tier got.
+ */
+static void dispatch_backlogged(struct prism_tunables *t, const bool busy[],
+				int n, unsigned int got[PRISM_NR_TIERS])
+{
+	struct prism_tier_view v[PRISM_NR_TIERS];
+	struct prism_batch b;
+	struct prism_choice c;
+	int i, tier;
+
+	view_clear(v);
+	prism_batch_reset(&b);
+	for (tier = 0; tier < PRISM_NR_TIERS; tier++) {
+		got[tier] = 0;
+		if (busy[tier])
+			view_set(v, tier, PRISM_READ, 100, 10);
+	}
+	for (i = 0; i < n; i++) {
+		CHECK(prism_choose(v, &b, t, 20, &c));
+		got[c.tier]++;
+	}
+}
+
+TEST(share_gives_low_its_part_of_a_busy_device)
+{
+	struct prism_tunables t = defaults();
+	const bool busy[PRISM_NR_TIERS] = { true, false, true };
+	unsigned int got[PRISM_NR_TIERS];
+
+	/* Default: one dispatch in ten for LOW, exactly. */
+	dispatch_backlogged(&t, busy, 1000, got);
+	CHECK_EQ(got[PRISM_LOW], 100);
+	CHECK_EQ(got[PRISM_HIGH], 900);
+
+	/* A share that does not divide 100 is met in the long run. */
+	t.share[PRISM_LOW] = 30;
+	dispatch_backlogged(&t, busy, 1000, got);
+	CHECK_EQ(got[PRISM_LOW], 300);
+
+	/* 0: strict priority, as with no share at all. */
+	t.share[PRISM_LOW] = 0;
+	dispatch_backlogged(&t, busy, 1000, got);
+	CHECK_EQ(got[PRISM_LOW], 0);
+}
+
+TEST(shares_of_three_busy_tiers)
+{
+	struct prism_tunables t = defaults();
+	const bool busy[PRISM_NR_TIERS] = { true, true, true };
+	unsigned int got[PRISM_NR_TIERS];
+
+	/* LOW: 10% of all; NORMAL: 25% of what HIGH and NORMAL get. */
+	dispatch_backlogged(&t, busy, 4000, got);
+	CHECK_EQ(got[PRISM_LOW], 400);
+	CHECK_EQ(got[PRISM_NORMAL], 900);
+	CHECK_EQ(got[PRISM_HIGH], 2700);
+
+	/* Without HIGH, NORMAL leads and LOW keeps its tenth. */
+	dispatch_backlogged(&t, (const bool[]){ false, true, true }, 1000, got);
+	CHECK_EQ(got[PRISM_LOW], 100);
+	CHECK_EQ(got[PRISM_NORMAL], 900);
+}
+
+TEST(share_is_not_banked_while_idle)
+{
+	CHOOSE_SETUP;
+	int i;
+
+	/* HIGH alone for a long time: LOW earns nothing while empty. */
+	view_set(v, PRISM_HIGH, PRISM_READ, 100, 10);
+	for (i = 0; i < 500; i++)
+		CHECK(prism_choose(v, &b, &t, 20, &c));
+	CHECK_EQ(b.credit[PRISM_LOW], 0);
+
+	/* LOW arrives: nine HIGH dispatches pass before it is owed one. */
+	view_set(v, PRISM_LOW, PRISM_READ, 5, 20);
+	for (i = 0; i < 9; i++) {
+		CHECK(prism_choose(v, &b, &t, 21, &c));
+		CHECK_EQ(c.tier, PRISM_HIGH);
+	}
+	CHECK(prism_choose(v, &b, &t, 21, &c));
+	CHECK_EQ(c.tier, PRISM_LOW);
+	CHECK(c.shared);
+	CHECK(!c.aged);
+	CHECK_EQ(b.tier, -1);	/* out of turn: the batch is closed */
+
+	/* Served in its own right (HIGH empty), it starts from zero again. */
+	for (i = 0; i < 5; i++)
+		CHECK(prism_choose(v, &b, &t, 21, &c));
+	view_set(v, PRISM_HIGH, PRISM_READ, 0, 0);
+	CHECK(prism_choose(v, &b, &t, 21, &c));
+	CHECK_EQ(c.tier, PRISM_LOW);
+	CHECK(!c.shared);
+	CHECK_EQ(b.credit[PRISM_LOW], 0);
+}
+
+TEST(share_takes_the_tier_in_its_own_order)
+{
+	CHOOSE_SETUP;
+	int i;
+
+	t.share[PRISM_LOW] = 50;	/* owed after every HIGH dispatch */
+	view_set(v, PRISM_HIGH, PRISM_READ, 100, 10);
+	view_set(v, PRISM_LOW, PRISM_READ, 4, 12);
+	view_set(v, PRISM_LOW, PRISM_WRITE, 4, 11);
+	CHECK(prism_choose(v, &b, &t, 20, &c));
+	CHECK_EQ(c.tier, PRISM_HIGH);
+	/* The older FIFO (writes here), next in sort order: not expired. */
+	CHECK(prism_choose(v, &b, &t, 20, &c));
+	CHECK(c.shared);
+	CHECK_EQ(c.tier, PRISM_LOW);
+	CHECK_EQ(c.dir, PRISM_WRITE);
+	CHECK_EQ(c.take, PRISM_TAKE_NEXT);
+	CHECK(!c.expired);
+	/* Past the write deadline: from the FIFO head. */
+	for (i = 0; i < 2; i++)
+		CHECK(prism_choose(v, &b, &t, 11 + t.fifo_expire[PRISM_WRITE], &c));
+	CHECK(c.shared);
+	CHECK_EQ(c.take, PRISM_TAKE_FIFO);
+	CHECK(c.expired);
+}
+
+TEST(aging_comes_before_share)
+{
+	CHOOSE_SETUP;
+	int i;
+
+	view_set(v, PRISM_HIGH, PRISM_READ, 100, 5000);
+	view_set(v, PRISM_NORMAL, PRISM_READ, 1, 100);
+	view_set(v, PRISM_LOW, PRISM_READ, 100, 4000);
+	/* LOW is owed its share at the tenth choice, but NORMAL has aged. */
+	for (i = 0; i < 9; i++)
+		CHECK(prism_choose(v, &b, &t, 4001, &c));
+	CHECK(prism_choose(v, &b, &t, 100 + t.prio_aging_expire, &c));
+	CHECK_EQ(c.tier, PRISM_NORMAL);
+	CHECK(c.aged);
+	CHECK(!c.shared);
+	/* LOW keeps what it is owed and is served next. */
+	view_set(v, PRISM_NORMAL, PRISM_READ, 0, 0);
+	CHECK(prism_choose(v, &b, &t, 4001, &c));
+	CHECK_EQ(c.tier, PRISM_LOW);
+	CHECK(c.shared);
+}
+
+/*
  * A small discrete simulation: each tick the device takes one request;
  * HIGH always has work (it saturates the device), a LOW request arrives
  * every 50 ticks. With aging every LOW request is served within
- * prio_aging_expire plus the queue it finds; without it none is.
+ * prio_aging_expire plus the queue it finds; without it none is. With a
+ * share (@share percent) one is served within 100 / share ticks.
  */
-static unsigned int simulate(unsigned long aging, unsigned long *max_wait)
+static unsigned int simulate(unsigned long aging, u32 share,
+			     unsigned long *max_wait)
 {
 	struct prism_tunables t = defaults();
 	struct prism_tier_view v[PRISM_NR_TIERS];
@@ -441,6 +597,7 @@ static unsigned int simulate(unsigned long aging, unsigned long *max_wait)
 	unsigned long now;
 
 	t.prio_aging_expire = aging;
+	t.share[PRISM_LOW] = share;
 	prism_batch_reset(&b);
 	*max_wait = 0;
 	for (now = 1; now <= 20000; now++) {
@@ -469,14 +626,28 @@ TEST(simulated_saturation_aging_bounds_low_wait)
 	unsigned long max_wait;
 	unsigned int served;
 
-	served = simulate(100, &max_wait);
+	served = simulate(100, 0, &max_wait);
 	/* 400 LOW arrivals; all but those still within their wait served. */
 	CHECK(served >= 397);
 	CHECK(max_wait <= 100 + 3);
 	CHECK(max_wait >= 100);
 
-	served = simulate(0, &max_wait);
+	served = simulate(0, 0, &max_wait);
 	CHECK_EQ(served, 0);
+}
+
+TEST(simulated_saturation_share_bounds_low_wait)
+{
+	unsigned long max_wait;
+	unsigned int served;
+
+	/*
+	 * Aging off: the share alone serves each LOW request after nine HIGH
+	 * dispatches; all but the last arrival, on the final tick, are served.
+	 */
+	served = simulate(0, 10, &max_wait);
+	CHECK_EQ(served, 399);
+	CHECK_EQ(max_wait, 9);
 }
 
 int main(int argc, char **argv)
