@@ -122,13 +122,21 @@ def offered_schedulers(dev: str, sched: str) -> list[str]:
     return available
 
 
+def _write_scheduler(dev: str, sched: str) -> None:
+    with open(SYS_BLOCK / dev / "queue" / "scheduler", "w") as f:
+        f.write(sched)
+
+
 def set_scheduler(dev: str, sched: str, tunables: dict | None = None) -> None:
-    """Switch @dev to @sched, loading its module if needed, then apply
+    """Switch @dev to a fresh instance of @sched (tunables at their
+    defaults, counters at zero), loading its module if needed, then apply
     tunables. Raises if the switch did not take."""
     offered_schedulers(dev, sched)
-    path = SYS_BLOCK / dev / "queue" / "scheduler"
-    with open(path, "w") as f:
-        f.write(sched)
+    if sched != "none" and schedulers(dev)[1] == sched:
+        # Selecting the active scheduler again changes nothing in the
+        # kernel: the last run's tunables and counters would carry over.
+        _write_scheduler(dev, "none")
+    _write_scheduler(dev, sched)
     active = schedulers(dev)[1]
     if active != sched:
         raise RuntimeError(f"{dev}: asked for {sched}, active is {active}")

@@ -141,3 +141,27 @@ def test_selftest_counts_a_starved_job_as_zero_latency():
     rec = selftest.job({"jobs": [job]}, job["jobname"])
     assert rec["ios"] == 0
     assert rec["lat_max_us"] == 0.0 and rec["clat_p99_us"] == 0.0 and rec["lat_mean_us"] == 0.0
+
+
+def test_set_scheduler_always_gives_a_fresh_instance(monkeypatch):
+    """Selecting the active scheduler again is a no-op in the kernel, so
+    a run of prism:low_share=0 followed by one of plain prism measured
+    low_share=0 twice. set_scheduler goes through none in that case."""
+    from prism import guest
+
+    state = {"active": "prism"}
+    writes = []
+
+    def fake_write(dev, sched):
+        writes.append(sched)
+        state["active"] = sched
+    monkeypatch.setattr(guest, "_write_scheduler", fake_write)
+    monkeypatch.setattr(guest, "offered_schedulers", lambda dev, sched: [])
+    monkeypatch.setattr(guest, "schedulers", lambda dev: ([], state["active"]))
+    guest.set_scheduler("vda", "prism")
+    assert writes == ["none", "prism"]
+    writes.clear()
+    guest.set_scheduler("vda", "bfq")
+    guest.set_scheduler("vda", "none")
+    guest.set_scheduler("vda", "none")
+    assert writes == ["bfq", "none", "none"]
