@@ -169,8 +169,14 @@ class Server:
     # -- transmission ------------------------------------------------------
 
     def _close(self, conn: socket.socket) -> None:
-        self.sel.unregister(conn)
+        # Idempotent: SIGTERM raises Stop wherever the server is, possibly
+        # inside this for a client that just left, and close() then runs
+        # it again for every connection it still knows.
         self.buffers.pop(conn, None)
+        try:
+            self.sel.unregister(conn)
+        except (KeyError, ValueError):
+            pass
         conn.close()
 
     def _readable(self, conn: socket.socket, now: float) -> None:

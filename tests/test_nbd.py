@@ -166,3 +166,24 @@ def test_model_disk_starts_and_stops_its_server(tmp_path):
     ssd = vm.ModelDisk(diskmodel.SsdProfile(), tmp_path)
     assert "echo 0 > $d/queue/rotational" in ssd.guest_setup()
     assert "serial=prism-ssd-model" in ssd.qemu_opts(1)
+
+
+def test_closing_a_connection_twice_is_harmless(tmp_path):
+    """SIGTERM raises Stop wherever the server is: once it came inside
+    _close() for a client that had just left, and close() then closed
+    that connection again (KeyError: not registered; exit code 1)."""
+    import selectors
+    import socket
+
+    from prism import diskmodel
+    from prism.drive import Drive
+
+    srv = nbd.Server(Drive(diskmodel.make_model(diskmodel.HddProfile())),
+                     tmp_path / "img", 1 << 20, tmp_path / "sock")
+    a, b = socket.socketpair()
+    srv.buffers[a] = bytearray()
+    srv.sel.register(a, selectors.EVENT_READ)
+    srv.sel.unregister(a)           # Stop arrived here, in the first _close
+    srv.close()                     # closes what it still knows of: no error
+    srv._close(a)
+    b.close()
