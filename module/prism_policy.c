@@ -193,10 +193,10 @@ static void account_shares(const struct prism_tier_view view[PRISM_NR_TIERS],
  * Choose the tier, direction and request to dispatch next. Returns false
  * when every tier is empty. Order: aged lower-tier requests, then a lower
  * tier owed its share, then the highest non-empty tier; inside a tier,
- * mq-deadline's rules: continue the
- * current batch in sort order up to fifo_batch, otherwise start a new one,
- * preferring reads unless writes have been passed over writes_starved
- * times, and starting from the FIFO head when it has expired.
+ * mq-deadline's rules: continue the current batch in sort order up to
+ * fifo_batch, otherwise start a new one, preferring reads unless writes
+ * have been passed over writes_starved times, and starting from the FIFO
+ * head when it has expired.
  */
 bool prism_choose(const struct prism_tier_view view[PRISM_NR_TIERS],
 		  struct prism_batch *b, const struct prism_tunables *t,
