@@ -68,6 +68,14 @@ struct prism_tier_queue {
 	struct rb_root sort[PRISM_NR_DIRS];	/* sector order, if sorted */
 	u32 queued[PRISM_NR_DIRS];		/* on fifo[] */
 	u32 queued_head;			/* on prism_data.dispatch */
+	/*
+	 * Where this tier's C-LOOK sweep stands: the end of its last
+	 * dispatched request, per direction (mq-deadline keeps one per
+	 * priority). A sweep from the device head instead would restart
+	 * wherever another tier's dispatch left it, and a tier served now and
+	 * then by its share would always give its lowest stream the turn.
+	 */
+	sector_t sweep_pos[PRISM_NR_DIRS];
 
 	/* Statistics, under prism_data.lock except completed. */
 	u64 inserted;
@@ -286,8 +294,8 @@ static struct request *prism_pick(struct prism_data *pd,
 	struct request *rq = NULL;
 
 	if (c->take == PRISM_TAKE_NEXT && pd->sorted) {
-		/* C-LOOK: upwards from the head, then wrap to the lowest. */
-		rq = prism_sorted_from(&tq->sort[c->dir], pd->head_pos);
+		/* C-LOOK: upwards from the sweep, then wrap to the lowest. */
+		rq = prism_sorted_from(&tq->sort[c->dir], tq->sweep_pos[c->dir]);
 		if (!rq && !RB_EMPTY_ROOT(&tq->sort[c->dir]))
 			rq = rb_entry_rq(rb_first(&tq->sort[c->dir]));
 	}
@@ -302,6 +310,7 @@ static struct request *prism_dispatch_request(struct blk_mq_hw_ctx *hctx)
 	struct request_queue *q = hctx->queue;
 	struct prism_data *pd = q->elevator->elevator_data;
 	struct prism_tier_view view[PRISM_NR_TIERS];
+	struct prism_tier_queue *tq;
 	struct prism_choice c;
 	struct request *rq;
 	int t, d;
@@ -314,8 +323,8 @@ static struct request *prism_dispatch_request(struct blk_mq_hw_ctx *hctx)
 
 	prism_update_order(pd, q);
 	for (t = 0; t < PRISM_NR_TIERS; t++) {
+		tq = &pd->tier[t];
 		for (d = 0; d < PRISM_NR_DIRS; d++) {
-			struct prism_tier_queue *tq = &pd->tier[t];
 			struct request *head;
 
 			view[t].dir[d].queued = tq->queued[d];
@@ -346,8 +355,10 @@ static struct request *prism_dispatch_request(struct blk_mq_hw_ctx *hctx)
 
 found:
 	prism_remove_request(pd, q, rq);
-	pd->tier[prism_rq_tier(rq)].dispatched++;
+	tq = &pd->tier[prism_rq_tier(rq)];
+	tq->dispatched++;
 	pd->head_pos = blk_rq_pos(rq) + blk_rq_sectors(rq);
+	tq->sweep_pos[prism_rq_dir(rq)] = pd->head_pos;
 	rq->rq_flags |= RQF_STARTED;
 unlock:
 	spin_unlock(&pd->lock);

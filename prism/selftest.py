@@ -375,6 +375,34 @@ def check_share(ctx) -> dict:
     return {"ok": ok, **{f"low_share_{s}": o for s, o in out.items()}}
 
 
+def check_share_sweep(ctx) -> dict:
+    """In sector order a tier served by its share sweeps its own streams
+    in turn: three BE7 sequential readers at 1, 2 and 3 GiB under an RT
+    reader that saturates the device each get a fair part of LOW's
+    dispatches. (Sweeping from wherever the last HIGH dispatch left the
+    head gave the lowest reader nearly all of them.)"""
+    dev = ctx["nullb"]
+    g.set_scheduler(dev, "prism", {"prio_aging_expire": 0, "low_share": 30,
+                                   "sort_mode": 1})
+    g.write_queue(dev, "nr_requests", SCHED_TAGS)
+    args = ["--direct=1", "--ioengine=libaio", "--runtime=6", "--exitall",
+            "--time_based=1", "--ramp_time=1", "--group_reporting=0",
+            f"--filename=/dev/{dev}", "--name=high", "--rw=randread", "--bs=4k",
+            "--iodepth=16", "--prioclass=1", "--prio=0", "--size=1G"]
+    lows = [f"low{gib}" for gib in (1, 2, 3)]
+    for name, gib in zip(lows, (1, 2, 3)):
+        args += [f"--name={name}", "--rw=read", "--bs=128k", "--iodepth=4",
+                 "--prioclass=2", "--prio=7", f"--offset={gib}G", "--size=512M"]
+    rep = g.fio(args=args, timeout=300)
+    ios = {name: job(rep, name)["ios"] for name in lows}
+    tiers = g.prism_tiers(dev)
+    books = conservation(dev)
+    g.set_scheduler(dev, "prism")       # defaults again for the checks after
+    fair = min(ios.values()) >= 0.5 * max(ios.values()) > 0
+    return {"ok": fair and tiers["low"]["shared"] > 0 and books["balanced"],
+            "low_ios": ios, "tiers": tiers}
+
+
 def check_unload(ctx) -> dict:
     """rmmod is refused while prism is in use and clean after switching away."""
     users = (ctx["nullb"], ctx["nullb_verify"], ctx["virtio"])
@@ -409,6 +437,7 @@ CHECKS = [
     ("priority_latency", check_priority_latency),
     ("aging", check_aging),
     ("share", check_share),
+    ("share_sweep", check_share_sweep),
     ("unload", check_unload),
 ]
 
