@@ -67,7 +67,11 @@ def job_record(job: dict) -> dict:
     clat = _merge_dirs(job, "clat_ns")
     rec = {"job": job["jobname"], "ios": ios, "iops": iops, "bw_kib": bw,
            "kib": sum(job[d]["io_kbytes"] for d in ("read", "write") if d in job),
-           "runtime_ms": job.get("job_runtime"),
+           # How long the job measured: fio's per-direction runtime, which
+           # for a group_reporting entry is its longest clone's (job_runtime
+           # is the clones' sum there).
+           "runtime_ms": max(job[d].get("runtime", 0) for d in ("read", "write", "trim")
+                             if d in job),
            "errors": job.get("error", 0),
            "usr_cpu": job.get("usr_cpu", 0.0), "sys_cpu": job.get("sys_cpu", 0.0),
            "prio": job.get("job options", {}).get("prio"),
@@ -125,7 +129,8 @@ def common_window(recs: list[dict]) -> None:
     next completion: a job a scheduler starves begins measuring late, and
     its own IOPS would count only the time it was served. The job files
     stop every job with the first (exitall), so the window is the longest
-    job runtime; each job's throughput is taken over it, and late_s says
+    job's measuring time (runtime_ms); each job's throughput is taken over
+    it, and late_s says
     how long after its start a job completed its first I/O. A job that
     started a whole second late had a second with no completion."""
     runtimes = [r["runtime_ms"] for r in recs if r.get("runtime_ms")]

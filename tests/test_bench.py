@@ -29,7 +29,7 @@ def test_job_record_matches_fio(fio_json):
         assert rec["ios"] == rd["total_ios"] + job["write"]["total_ios"]
         # Throughput over the run's window (the longest job runtime): within
         # a few milliseconds of fio's own figure when no job was starved.
-        window = max(j["job_runtime"] for j in fio_json["jobs"]) / 1000
+        window = max(j["read"]["runtime"] for j in fio_json["jobs"]) / 1000
         assert rec["iops"] == pytest.approx(rec["ios"] / window)
         assert rec["iops"] == pytest.approx(rd["iops"], rel=0.005)
         assert rec["bw_kib"] == pytest.approx(rd["bw"], rel=0.005)
@@ -65,13 +65,14 @@ def test_a_starved_job_is_measured_over_the_common_window(fio_json, tmp_path):
     starved = doc["jobs"][1]
     starved["job_runtime"] = 1200            # measured from 1.8 s late
     rd = starved["read"]
+    rd["runtime"] = 1200
     rd["total_ios"], rd["io_kbytes"] = 100, 12800
     rd["iops"], rd["bw"] = 100 / 1.2, 12800 / 1.2
     for name in ("log_iops.1.log", "log_lat.1.log"):
         shutil.copy(DATA / name, tmp_path / name)
     (tmp_path / "log_iops.2.log").write_text("1000, 90, 0, 0, 0\n1200, 10, 0, 0, 0\n")
     high, low = stats.run_records(doc, tmp_path)
-    window = doc["jobs"][0]["job_runtime"] / 1000
+    window = doc["jobs"][0]["read"]["runtime"] / 1000
     assert low["window_s"] == high["window_s"] == window
     assert low["late_s"] == pytest.approx(window - 1.2)
     assert low["iops"] == pytest.approx(100 / window) and low["bw_kib"] == pytest.approx(
@@ -291,6 +292,18 @@ def test_grouped_jobs_take_their_clones_logs():
     assert recs[0]["iops_series"][0][1] == pytest.approx(first_second)
     assert recs[1]["iops_series"] == stats.per_second(
         stats.read_log(group / "log_iops.9.log"), "sum")
+
+
+def test_a_grouped_job_is_measured_over_its_clones_window():
+    """fio sums job_runtime over a group's clones (8 x 2 s here), so the
+    window comes from the per-direction runtime, its longest clone's."""
+    group = DATA.parent / "fio-group"
+    doc = json.loads((group / "fio.json").read_text())
+    app2, writer = stats.run_records(doc, group)
+    assert doc["jobs"][0]["job_runtime"] > 15000            # the clones' sum
+    assert app2["window_s"] == writer["window_s"] == pytest.approx(2.003)
+    assert app2["iops"] == pytest.approx(doc["jobs"][0]["read"]["iops"], rel=0.005)
+    assert app2["late_s"] == 0 and writer["late_s"] < 0.01
 
 
 def test_fsync_latency_and_isolation_use_the_sync_figures(fio_json):
