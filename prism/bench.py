@@ -239,6 +239,32 @@ def run_on_device(plan: dict, args) -> tuple[Path, list[dict]]:
     return out, report.collect(out, os.uname().release)
 
 
+def rebuild(out: Path) -> list[dict]:
+    """Write a report directory's results.json, CSV, plots and report.md
+    again from its raw runs (raw/<kernel>/, or raw/ for a real device),
+    with the command and plan it recorded: after a change to the report
+    code, or after a run that failed part way (the manifest keeps the runs
+    measured until then)."""
+    old = json.loads((out / "results.json").read_text()) if (out / "results.json").exists() \
+        else {}
+    raw = out / "raw"
+    dirs = [raw] if (raw / "manifest.json").exists() else \
+        sorted(d for d in raw.glob("*") if (d / "manifest.json").exists())
+    if not dirs:
+        raise PrismError(f"{out}: no raw runs (raw/<kernel>/manifest.json) to build a report from")
+    runs, plan = [], old.get("plan")
+    for d in dirs:
+        kernel = d.name if d != raw else next(
+            (r["kernel"] for r in old.get("runs", [])), os.uname().release)
+        runs += report.collect(d, kernel)
+        plan = plan or json.loads((d / "manifest.json").read_text())["plan"]
+    command = old.get("command", "(not recorded: rebuilt from the raw runs by prism bench report)")
+    summaries = report.write_all(out, command, plan, runs)
+    print(report.headline(summaries, plan["workloads"][-1]))
+    kernels.log(f"report: {out / 'report.md'} ({len(runs)} runs)")
+    return summaries
+
+
 def run(args, command: str | None = None) -> list[dict]:
     validate(args)
     plan = make_plan(args)

@@ -168,6 +168,11 @@ def cmd_bench_run(args) -> int:
     return 0
 
 
+def cmd_bench_report(args) -> int:
+    bench.rebuild(Path(args.dir))
+    return 0
+
+
 def cmd_bench_list(args) -> int:
     for w in workloads.WORKLOADS.values():
         print(f"{w.name:<18} seed {w.seed}: {w.description}")
@@ -297,6 +302,9 @@ def parser() -> argparse.ArgumentParser:
                    help="parameter file for the hdd/ssd-model drives (see prism disk params)")
     p.add_argument("--out", required=True, help="directory for the report")
     p.set_defaults(func=cmd_bench_run)
+    p = bsub.add_parser("report", help="write a report again from its raw runs")
+    p.add_argument("dir", help="a report directory made by prism bench run")
+    p.set_defaults(func=cmd_bench_report)
 
     p = sub.add_parser("disk", help="the emulated drive: prism disk serve, prism disk params")
     dsub = p.add_subparsers(dest="disk_cmd", required=True)

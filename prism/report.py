@@ -50,8 +50,9 @@ def collect(raw: Path, kernel: str) -> list[dict]:
         if "prism_tiers" in meta:
             run["prism_tiers"] = meta["prism_tiers"]
         run["jobs"] = stats.run_records(fio_json, rundir)
-        if (rundir / stats.TRACE_NAME).exists():
-            run["drive"] = stats.trace_summary(rundir / stats.TRACE_NAME)
+        trace = stats.trace_file(rundir)
+        if trace:
+            run["drive"] = stats.trace_summary(trace)
         runs.append(run)
     return runs
 

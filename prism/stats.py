@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import csv
+import gzip
 import json
 import math
 import statistics
@@ -180,6 +181,15 @@ def run_records(fio_json: dict, rundir: Path | None = None) -> list[dict]:
 TRACE_NAME = "disk-trace.csv"
 
 
+def trace_file(rundir: Path) -> Path | None:
+    """A run's cut of the drive's trace, plain or gzip'd (as committed
+    reports keep it), or None."""
+    for name in (TRACE_NAME, TRACE_NAME + ".gz"):
+        if (rundir / name).exists():
+            return rundir / name
+    return None
+
+
 def split_trace(trace: Path, raw: Path) -> None:
     """Give each run under @raw the lines of @trace it caused: benchrun
     noted the trace's size before and after each run (meta trace_bytes);
@@ -203,7 +213,8 @@ def trace_summary(path: Path) -> dict:
     their mean service time, mean distance between one and the next
     (MB from where the last ended) and the fraction that continued
     exactly where the last ended (sequential)."""
-    with open(path) as f:
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt") as f:
         rows = list(csv.DictReader(f))
     media = sorted((r for r in rows if r["op"] == "destage"
                     or (r["op"] in ("read", "write") and r["cached"] == "0")),

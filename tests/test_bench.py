@@ -1,6 +1,7 @@
 """The benchmark toolkit on the host: parsing recorded fio output, the
 statistics, the report, scheduler specs and the real-device refusals."""
 
+import gzip
 import json
 import math
 import shutil
@@ -165,6 +166,35 @@ def test_report_from_recorded_run(tmp_path):
     assert "database_alone |" not in md.split("## Overview")[1].split("##")[0]
     for png in ("6.12-database_backup-bars.png", "6.12-database_backup-latency.png"):
         assert (out / png).read_bytes()[:4] == b"\x89PNG"
+
+
+def test_report_is_rebuilt_from_its_raw_runs(tmp_path):
+    """prism bench report DIR writes the same report again from DIR/raw,
+    with the command and plan results.json recorded; without results.json
+    (a run that failed part way) the plan comes from the manifest."""
+    out = tmp_path / "out"
+    raw = out / "raw" / "6.12"
+    metas = []
+    for i, (w, s) in enumerate([("database_alone", "prism"), ("database_backup", "prism")]):
+        d = raw / f"{i:03d}-{w}-{s}-r0"
+        shutil.copytree(DATA, d)
+        meta = json.loads((d / "meta.json").read_text())
+        meta.update(workload=w, scheduler=s, rep=0, dir=d.name)
+        metas.append(meta)
+    plan = {"profile": "nullb-ssd", "reps": 1, "runtime": 3, "ramp": 1,
+            "workloads": ["database_alone", "database_backup"], "schedulers": ["prism"]}
+    (raw / "manifest.json").write_text(json.dumps({"plan": plan, "runs": metas}))
+    report.write_all(out, "prism bench run original", plan, report.collect(raw, "6.12"))
+    first = (out / "report.md").read_text()
+    (out / "report.md").unlink()
+    bench.rebuild(out)
+    assert (out / "report.md").read_text() == first
+    (out / "results.json").unlink()
+    bench.rebuild(out)
+    md = (out / "report.md").read_text()
+    assert "rebuilt from the raw runs" in md and "| prism | database_sim | BE1 |" in md
+    with pytest.raises(PrismError, match="no raw runs"):
+        bench.rebuild(tmp_path / "empty")
 
 
 def test_workloads_add_their_baseline():
@@ -354,6 +384,13 @@ def test_trace_summary_counts_what_the_media_did(tmp_path):
     assert s["sequential_frac"] == pytest.approx(0.5)
     assert s["media_busy_frac"] == pytest.approx(0.017 / 0.021)
     assert s["late_ms_mean"] == pytest.approx(0.025)
+    # Committed reports keep the traces gzip'd: the same summary.
+    gz = tmp_path / "run"
+    gz.mkdir()
+    with gzip.open(gz / (stats.TRACE_NAME + ".gz"), "wt") as f:
+        f.write(path.read_text())
+    assert stats.trace_summary(stats.trace_file(gz)) == s
+    assert stats.trace_file(tmp_path / "nothing") is None
 
 
 def test_split_trace_gives_each_run_its_lines(tmp_path):
