@@ -10,6 +10,8 @@
 #include <linux/blk-mq.h>
 #include <linux/sbitmap.h>
 
+#include "prism_policy.h"
+
 /*
  * struct blk_mq_tags lives in the private block/blk-mq-tag.h on 6.1 and in
  * <linux/blk-mq.h> on 6.12, where that header is gone. Included after the
@@ -47,31 +49,39 @@ static inline bool prism_insert_at_head(prism_insert_t at_head)
  * looks at the matching source (6.1's mq-deadline converts with a
  * word-depth helper) and defines PRISM_SHALLOW_DEPTH_PER_WORD.
  *
- * Returns the shallow_depth value that lets at most @depth of the
- * @nr_requests scheduler tags be taken. Never 0: 0 means "no limit".
+ * Returns the shallow_depth value that lets at most @depth scheduler tags
+ * be taken. Per word, it is computed from the bitmap as it is, whose last
+ * word sbitmap_resize() leaves partial when nr_requests is lowered
+ * (upstream 42e6c6ce03fd fixed the same in the kernel's conversion).
+ * Never 0: 0 means "no limit".
  */
 static inline unsigned int prism_shallow_depth(struct blk_mq_hw_ctx *hctx,
-					       unsigned int nr_requests,
 					       unsigned int depth)
 {
 #ifdef PRISM_SHALLOW_DEPTH_PER_WORD
-	const struct sbitmap_queue *bt = &hctx->sched_tags->bitmap_tags;
-	unsigned int word_depth;
+	const struct sbitmap *sb = &hctx->sched_tags->bitmap_tags.sb;
 
-	if (!nr_requests)
-		return 1;
-	word_depth = ((depth << bt->sb.shift) + nr_requests - 1) / nr_requests;
-	return word_depth ? word_depth : 1;
+	return prism_word_depth(depth, READ_ONCE(sb->depth), sb->shift);
 #else
 	return depth ? depth : 1;
 #endif
 }
 
 /*
- * On 6.1, flush and passthrough requests get RQF_ELV and are prepared
- * (non-flush ones) but bypass insert_requests(); on 6.12 they never reach
- * the elevator. prism marks what it inserted in the request itself, which
- * works the same on both, so no flag test is needed here.
+ * Whether the core ran prepare_request() for @rq, and so will run
+ * finish_request() for it. 6.1 marks it RQF_ELVPRIV and skips flush
+ * requests (FUA, PREFLUSH), which it routes past the elevator but which
+ * a driver requeue can still bring to insert_requests() with stale
+ * elv.priv[]; 6.12 prepares every request with RQF_USE_SCHED, and only
+ * those reach the elevator.
  */
+static inline bool prism_rq_prepared(const struct request *rq)
+{
+#ifdef RQF_ELVPRIV
+	return rq->rq_flags & RQF_ELVPRIV;
+#else
+	return rq->rq_flags & RQF_USE_SCHED;
+#endif
+}
 
 #endif /* _PRISM_COMPAT_H */

@@ -7,7 +7,11 @@
 
 void prism_tunables_init(struct prism_tunables *t, unsigned int hz)
 {
-	/* The deadline knobs keep mq-deadline's defaults and meaning. */
+	/*
+	 * The deadline knobs keep mq-deadline's defaults and meaning, with one
+	 * exception: prio_aging_expire = 0 turns aging off (strict priority
+	 * with shares), where mq-deadline would age every request at once.
+	 */
 	t->fifo_expire[PRISM_READ] = hz / 2;
 	t->fifo_expire[PRISM_WRITE] = 5 * hz;
 	t->prio_aging_expire = 10 * hz;
@@ -336,4 +340,87 @@ bool prism_sorted(enum prism_sort_mode mode, bool rotational)
 	default:
 		return rotational;
 	}
+}
+
+bool prism_tier_active(u64 owned, unsigned long last_done, unsigned long now,
+		       unsigned int hz)
+{
+	unsigned long window = (unsigned long)PRISM_ACTIVE_MS * hz / 1000;
+
+	if (owned)
+		return true;
+	return !prism_time_after_eq(now, last_done + (window ? window : 1));
+}
+
+/*
+ * Scheduler tags an allocation for @tier may use, 0 for no limit. A limit
+ * only protects a higher tier that is active; without one it would only
+ * cost the allocation its batching (a shallow depth turns off the
+ * batched tag allocation of plugged I/O) and so CPU for nothing.
+ */
+u32 prism_alloc_depth(enum prism_tier tier, bool higher_active,
+		      u32 nr_requests, const struct prism_tunables *t)
+{
+	u32 depth;
+
+	if (tier == PRISM_HIGH || !higher_active)
+		return 0;
+	depth = prism_tier_depth(tier, nr_requests, t);
+	return depth < nr_requests ? depth : 0;
+}
+
+/*
+ * The per-word shallow depth that lets at most @depth of the @sb_depth
+ * bits of an sbitmap with 2^@shift bits per word be taken, for kernels
+ * whose shallow depth limits each word (6.1). Every word is full but the
+ * last, which sbitmap_resize() leaves partial when nr_requests is lowered;
+ * a word gives min(its bits, word depth), so the total for a word depth d
+ * is (words - 1) * min(2^shift, d) + min(last, d). Returns the largest d
+ * whose total is at most @depth; but never 0 (0 means no limit), so when
+ * @depth is below the number of words the limit is one bit per word.
+ */
+u32 prism_word_depth(u32 depth, u32 sb_depth, u32 shift)
+{
+	u32 bits = 1U << shift;
+	u32 words, last, d;
+
+	if (!sb_depth || depth >= sb_depth)
+		return bits;
+	words = (sb_depth + bits - 1) >> shift;
+	last = sb_depth - ((words - 1) << shift);
+
+	/* Every word gives d while d is within the last word's bits... */
+	d = depth / words;
+	if (d > last)
+		d = last;
+	/* ...and the full words alone give more beyond it. */
+	if (words > 1 && depth > last) {
+		u32 beyond = (depth - last) / (words - 1);
+
+		if (beyond > bits)
+			beyond = bits;
+		if (beyond > d)
+			d = beyond;
+	}
+	return d ? d : 1;
+}
+
+u32 prism_recent_slot(u32 pid)
+{
+	return (u32)(pid * 0x61C88647U) >> (32 - PRISM_RECENT_BITS);
+}
+
+/* pid_max is at most 2^22 (PID_MAX_LIMIT): two bits are left for a tier. */
+u32 prism_recent_key(u32 pid, enum prism_tier tier)
+{
+	return (pid << 2) | (u32)tier;
+}
+
+enum prism_tier prism_alloc_tier(u32 key, u32 pid, enum prism_tier fallback)
+{
+	u32 tier = key & 3;
+
+	if (!pid || key >> 2 != pid || tier >= PRISM_NR_TIERS)
+		return fallback;
+	return (enum prism_tier)tier;
 }

@@ -5,7 +5,7 @@
  * depth a tier may take.
  *
  * Nothing here touches a request, a list or a lock: the mechanism in
- * prism-iosched.c describes its queues to the policy in plain numbers and
+ * prism_sched.c describes its queues to the policy in plain numbers and
  * carries out the decision. That keeps this file compilable in userspace,
  * where tests/policy/ exercises it quickly and deterministically.
  *
@@ -160,5 +160,38 @@ u32 prism_tier_depth(enum prism_tier tier, u32 nr_requests,
 		     const struct prism_tunables *t);
 
 bool prism_sorted(enum prism_sort_mode mode, bool rotational);
+
+/*
+ * Tag reserve. A tier counts as active, for the reserve kept for it, while
+ * it owns requests (inserted, not yet completed) and for PRISM_ACTIVE_MS
+ * after its last completion: the next link of a chain of dependent I/Os
+ * (a commit) arrives within that gap and must still find its reserve.
+ */
+#define PRISM_ACTIVE_MS		50
+
+bool prism_tier_active(u64 owned, unsigned long last_done, unsigned long now,
+		       unsigned int hz);
+
+u32 prism_alloc_depth(enum prism_tier tier, bool higher_active,
+		      u32 nr_requests, const struct prism_tunables *t);
+
+u32 prism_word_depth(u32 depth, u32 sb_depth, u32 shift);
+
+/*
+ * The tier a thread's next tag allocation is charged to. limit_depth() is
+ * not given the bio, so neither its per-I/O priority (io_uring, aio,
+ * fio cmdprio) nor what the blk-ioprio cgroup policy (io.prio.class) made
+ * of it; insert sees the request's final priority. Each insert records
+ * (thread, tier) in a small direct-mapped table, one u32 per slot so a
+ * lockless reader sees a consistent pair; an allocation by a thread found
+ * there is charged to the tier of its last request, otherwise to the tier
+ * of the thread's own I/O priority.
+ */
+#define PRISM_RECENT_BITS	8
+#define PRISM_NR_RECENT		(1U << PRISM_RECENT_BITS)
+
+u32 prism_recent_slot(u32 pid);
+u32 prism_recent_key(u32 pid, enum prism_tier tier);
+enum prism_tier prism_alloc_tier(u32 key, u32 pid, enum prism_tier fallback);
 
 #endif /* _PRISM_POLICY_H */

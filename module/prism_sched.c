@@ -20,8 +20,17 @@
  * merge hooks with it held), the sysfs stores and the debugfs shows. It
  * is never taken with interrupts disabled and never nests with another
  * lock of prism's. Readers outside it (has_work, limit_depth,
- * finish_request) only look at list heads, tunables (READ_ONCE) and
- * atomic counters.
+ * finish_request) only look at list heads, atomic counters, fields
+ * marked READ_ONCE/WRITE_ONCE and the tunables, which are an RCU-published
+ * snapshot: a store builds a new copy and swaps the pointer, so a
+ * lockless reader always sees one whole, valid set.
+ *
+ * Books: a request that prism inserted is counted once in "inserted"
+ * and once in "completed" by finish_request(), which the core runs for
+ * every prepared request it frees, dispatched or merged away alike. That
+ * holds whatever path the request takes (a multi-range discard merged at
+ * insert is freed without requests_merged(), a driver requeue comes back
+ * through insert), so inserted == completed whenever the queue is idle.
  */
 #include <linux/kernel.h>
 #include <linux/blkdev.h>
@@ -31,6 +40,7 @@
 #include <linux/module.h>
 #include <linux/slab.h>
 #include <linux/rbtree.h>
+#include <linux/rcupdate.h>
 #include <linux/sbitmap.h>
 #include <linux/sched.h>
 #include <linux/seq_file.h>
@@ -47,14 +57,22 @@
 
 /*
  * Per-request state in rq->elv.priv[0]: flags and the tier, set when the
- * request first enters prism. priv[1] holds the submitting thread's pid,
- * recorded in prepare_request() where current is the submitter.
+ * request first enters prism; prepare_request() clears it. priv[1] holds
+ * the submitting thread's pid, recorded in prepare_request() where current
+ * is the submitter. Tree and hash membership are tracked here and never
+ * read from rq->rb_node or rq->hash: those share unions with fields the
+ * driver and the completion path own (special_vec, ipi_list), so on a
+ * request the driver gave back they may hold anything.
  */
 #define PRISM_RQ_SEEN		BIT(0)	/* counted as inserted once */
 #define PRISM_RQ_QUEUED		BIT(1)	/* on a FIFO or the dispatch list */
 #define PRISM_RQ_AT_HEAD	BIT(2)	/* on the dispatch list */
 #define PRISM_RQ_SEQ		BIT(3)	/* its stream looked sequential */
-#define PRISM_RQ_TIER_SHIFT	4
+#define PRISM_RQ_SORTED		BIT(4)	/* in its tier's sort tree */
+#define PRISM_RQ_HASHED		BIT(5)	/* in the merge hash */
+#define PRISM_RQ_DISPATCHED	BIT(6)	/* handed to the driver, not back yet */
+#define PRISM_RQ_FOREIGN	BIT(7)	/* never prepared: no finish_request */
+#define PRISM_RQ_TIER_SHIFT	8
 #define PRISM_RQ_TIER_MASK	(3UL << PRISM_RQ_TIER_SHIFT)
 
 static const char *const prism_tier_name[PRISM_NR_TIERS] = {
@@ -77,7 +95,11 @@ struct prism_tier_queue {
 	 */
 	sector_t sweep_pos[PRISM_NR_DIRS];
 
-	/* Statistics, under prism_data.lock except completed. */
+	/*
+	 * Statistics, under prism_data.lock except the atomics. inserted is
+	 * also read locklessly by limit_depth() (inserted - completed is what
+	 * the tier owns), so it is written with WRITE_ONCE.
+	 */
 	u64 inserted;
 	u64 requeued;
 	u64 dispatched;
@@ -85,7 +107,16 @@ struct prism_tier_queue {
 	u64 aged;
 	u64 shared;
 	u64 expired;
+	u64 foreign;		/* inserted but never prepared (6.1 requeues) */
+	u64 max_owned;		/* most requests owned at once */
 	atomic64_t completed;
+	atomic_t inflight;	/* dispatched, not yet completed or requeued */
+	unsigned long last_done;	/* jiffies of the last completion */
+};
+
+struct prism_tun_rcu {
+	struct prism_tunables t;
+	struct rcu_head rcu;
 };
 
 struct prism_data {
@@ -96,11 +127,17 @@ struct prism_data {
 	sector_t head_pos;		/* end of the last dispatched request */
 	bool sorted;			/* sort trees in use (C-LOOK dispatch) */
 	struct prism_stream streams[PRISM_NR_STREAMS];
+	/* (thread, tier) of recent inserts, for limit_depth(); see policy. */
+	u32 recent[PRISM_NR_RECENT];
 
-	/* Tunables: written under lock, read locklessly by limit_depth. */
-	struct prism_tunables tun;
+	/*
+	 * Tunables: replaced whole under lock (prism_attr_store), read under
+	 * lock with prism_tun() and locklessly in limit_depth() under RCU.
+	 */
+	struct prism_tun_rcu __rcu *tun;
 	int front_merges;
 	int sort_mode;
+	u64 corrupt_tier;	/* requests whose tier bits were invalid */
 };
 
 static inline unsigned long prism_rq_state(struct request *rq)
@@ -113,13 +150,34 @@ static inline void prism_rq_set_state(struct request *rq, unsigned long st)
 	rq->elv.priv[0] = (void *)st;
 }
 
+static inline enum prism_tier prism_rq_tier_of_state(unsigned long st)
+{
+	unsigned long tier = (st & PRISM_RQ_TIER_MASK) >> PRISM_RQ_TIER_SHIFT;
+
+	return tier < PRISM_NR_TIERS ? tier : PRISM_NORMAL;
+}
+
 static inline enum prism_tier prism_rq_tier(struct request *rq)
 {
 	unsigned long tier;
 
 	tier = (prism_rq_state(rq) & PRISM_RQ_TIER_MASK) >> PRISM_RQ_TIER_SHIFT;
-	/* Two bits hold three tiers: never index past the array. */
-	return tier < PRISM_NR_TIERS ? tier : PRISM_NORMAL;
+	/*
+	 * Two bits hold three tiers; prism only ever writes 0-2, so a 3 means
+	 * the state was overwritten. Never index past the array, and say so.
+	 */
+	if (WARN_ONCE(tier >= PRISM_NR_TIERS,
+		      "prism: request state %#lx has no valid tier\n",
+		      prism_rq_state(rq)))
+		return PRISM_NORMAL;
+	return tier;
+}
+
+/* The tunables, for a caller holding prism_data.lock. */
+static inline const struct prism_tunables *prism_tun(struct prism_data *pd)
+{
+	return &rcu_dereference_protected(pd->tun,
+					  lockdep_is_held(&pd->lock))->t;
 }
 
 static inline enum prism_dir prism_rq_dir(struct request *rq)
@@ -168,9 +226,10 @@ static void prism_remove_request(struct prism_data *pd,
 	lockdep_assert_held(&pd->lock);
 
 	list_del_init(&rq->queuelist);
-	if (!RB_EMPTY_NODE(&rq->rb_node))
+	if (st & PRISM_RQ_SORTED)
 		elv_rb_del(&tq->sort[dir], rq);
-	elv_rqhash_del(q, rq);
+	if (st & PRISM_RQ_HASHED)
+		elv_rqhash_del(q, rq);
 	if (q->last_merge == rq)
 		q->last_merge = NULL;
 
@@ -180,7 +239,14 @@ static void prism_remove_request(struct prism_data *pd,
 		else
 			tq->queued[dir]--;
 	}
-	prism_rq_set_state(rq, st & ~(PRISM_RQ_QUEUED | PRISM_RQ_AT_HEAD));
+	prism_rq_set_state(rq, st & ~(PRISM_RQ_QUEUED | PRISM_RQ_AT_HEAD |
+				      PRISM_RQ_SORTED | PRISM_RQ_HASHED));
+}
+
+static void prism_sort_add(struct prism_tier_queue *tq, struct request *rq)
+{
+	elv_rb_add(&tq->sort[prism_rq_dir(rq)], rq);
+	prism_rq_set_state(rq, prism_rq_state(rq) | PRISM_RQ_SORTED);
 }
 
 /*
@@ -205,8 +271,48 @@ static void prism_update_order(struct prism_data *pd, struct request_queue *q)
 	for (t = 0; t < PRISM_NR_TIERS; t++)
 		for (d = 0; d < PRISM_NR_DIRS; d++)
 			list_for_each_entry(rq, &pd->tier[t].fifo[d], queuelist)
-				if (RB_EMPTY_NODE(&rq->rb_node))
-					elv_rb_add(&pd->tier[t].sort[d], rq);
+				if (!(prism_rq_state(rq) & PRISM_RQ_SORTED))
+					prism_sort_add(&pd->tier[t], rq);
+}
+
+/*
+ * First entry of a request into prism: classify it, feed its stream and
+ * record its thread's tier for limit_depth(). A request the core never
+ * prepared (on 6.1 a FUA or preflush write that bypassed the elevator and
+ * came back through a driver requeue) has stale elv.priv[]: it gets a
+ * fresh state, no thread, and is not counted as owned, since the core
+ * will not call finish_request() for it; its books are foreign (inserts)
+ * against its share of dispatched.
+ */
+static unsigned long prism_first_insert(struct prism_data *pd,
+					struct request *rq)
+{
+	const struct prism_tunables *t = prism_tun(pd);
+	enum prism_tier tier = prism_tier_of(t, req_get_ioprio(rq));
+	struct prism_tier_queue *tq = &pd->tier[tier];
+	unsigned long st = (unsigned long)tier << PRISM_RQ_TIER_SHIFT;
+	u32 id = (u32)(unsigned long)rq->elv.priv[1];
+	u64 owned;
+
+	if (!prism_rq_prepared(rq)) {
+		tq->foreign++;
+		return st | PRISM_RQ_SEEN | PRISM_RQ_FOREIGN;
+	}
+
+	if (id) {
+		struct prism_stream *s = &pd->streams[prism_stream_slot(id)];
+
+		if (prism_stream_update(s, id, blk_rq_pos(rq),
+					blk_rq_sectors(rq), t->seq_gap))
+			st |= PRISM_RQ_SEQ;
+		WRITE_ONCE(pd->recent[prism_recent_slot(id)],
+			   prism_recent_key(id, tier));
+	}
+	WRITE_ONCE(tq->inserted, tq->inserted + 1);
+	owned = tq->inserted - atomic64_read(&tq->completed);
+	if (owned > tq->max_owned)
+		tq->max_owned = owned;
+	return st | PRISM_RQ_SEEN;
 }
 
 static void prism_insert_request(struct prism_data *pd, struct request_queue *q,
@@ -214,54 +320,77 @@ static void prism_insert_request(struct prism_data *pd, struct request_queue *q,
 				 struct list_head *free)
 {
 	unsigned long st = prism_rq_state(rq);
-	enum prism_dir dir = prism_rq_dir(rq);
 	struct prism_tier_queue *tq;
-	enum prism_tier tier;
+	bool requeue = false;
 
 	lockdep_assert_held(&pd->lock);
 
+	if (!prism_rq_prepared(rq))
+		st = 0;		/* stale: see prism_first_insert() */
 	if (st & PRISM_RQ_SEEN) {
-		/* A requeue: it keeps the tier it was given. */
-		tier = prism_rq_tier(rq);
-		pd->tier[tier].requeued++;
+		/*
+		 * A requeue: it keeps its tier. The driver may have used the
+		 * tree and hash links (unions), so they are reset, and it is
+		 * never merged: the driver may have prepared it already.
+		 */
+		requeue = true;
+		tq = &pd->tier[prism_rq_tier(rq)];
+		tq->requeued++;
+		if (st & PRISM_RQ_DISPATCHED) {
+			atomic_dec(&tq->inflight);
+			st &= ~PRISM_RQ_DISPATCHED;
+		}
+		st &= ~(PRISM_RQ_QUEUED | PRISM_RQ_AT_HEAD | PRISM_RQ_SORTED |
+			PRISM_RQ_HASHED);
+		RB_CLEAR_NODE(&rq->rb_node);
+		INIT_HLIST_NODE(&rq->hash);
 	} else {
-		u32 id = (u32)(unsigned long)rq->elv.priv[1];
-		struct prism_stream *s = &pd->streams[prism_stream_slot(id)];
-
-		tier = prism_tier_of(&pd->tun, req_get_ioprio(rq));
-		st = PRISM_RQ_SEEN | ((unsigned long)tier << PRISM_RQ_TIER_SHIFT);
-		if (prism_stream_update(s, id, blk_rq_pos(rq),
-					blk_rq_sectors(rq), pd->tun.seq_gap))
-			st |= PRISM_RQ_SEQ;
-		pd->tier[tier].inserted++;
+		st = prism_first_insert(pd, rq);
+		tq = &pd->tier[prism_rq_tier_of_state(st)];
 	}
 	prism_rq_set_state(rq, st);
-	tq = &pd->tier[tier];
 
-	/* On a merge, requests_merged() has already accounted for @rq. */
-	if (blk_mq_sched_try_insert_merge(q, rq, free))
+	/*
+	 * On a merge the core frees @rq, and finish_request() completes it
+	 * in the books; requests_merged() is not called for every kind of
+	 * merge (not for discards), so nothing here relies on it.
+	 */
+	if (!requeue && blk_mq_sched_try_insert_merge(q, rq, free))
 		return;
 
 	trace_block_rq_insert(rq);
 
 	rq->fifo_time = jiffies;
-	if (at_head) {
+	if (at_head || requeue) {
 		list_add(&rq->queuelist, &pd->dispatch);
 		tq->queued_head++;
 		st |= PRISM_RQ_QUEUED | PRISM_RQ_AT_HEAD;
-	} else {
-		if (pd->sorted)
-			elv_rb_add(&tq->sort[dir], rq);
-		if (rq_mergeable(rq)) {
-			elv_rqhash_add(q, rq);
-			if (!q->last_merge)
-				q->last_merge = rq;
-		}
-		list_add_tail(&rq->queuelist, &tq->fifo[dir]);
-		tq->queued[dir]++;
-		st |= PRISM_RQ_QUEUED;
+		prism_rq_set_state(rq, st);
+		return;
 	}
+	list_add_tail(&rq->queuelist, &tq->fifo[prism_rq_dir(rq)]);
+	tq->queued[prism_rq_dir(rq)]++;
+	st |= PRISM_RQ_QUEUED;
 	prism_rq_set_state(rq, st);
+	if (pd->sorted)
+		prism_sort_add(tq, rq);
+	if (rq_mergeable(rq)) {
+		/*
+		 * Discards stay out of the hash: attempt_merge() frees a
+		 * discard merged into another without requests_merged(), so a
+		 * queued discard found by the hash as the middle of a chain
+		 * of insert merges would be freed while still on a FIFO.
+		 * A discard merged at insert through last_merge is always the
+		 * new request, which is on no list.
+		 */
+		if (!blk_discard_mergable(rq)) {
+			elv_rqhash_add(q, rq);
+			prism_rq_set_state(rq, prism_rq_state(rq) |
+					   PRISM_RQ_HASHED);
+		}
+		if (!q->last_merge)
+			q->last_merge = rq;
+	}
 }
 
 static void prism_insert_requests(struct blk_mq_hw_ctx *hctx,
@@ -309,10 +438,12 @@ static struct request *prism_dispatch_request(struct blk_mq_hw_ctx *hctx)
 {
 	struct request_queue *q = hctx->queue;
 	struct prism_data *pd = q->elevator->elevator_data;
+	const struct prism_tunables *tun;
 	struct prism_tier_view view[PRISM_NR_TIERS];
 	struct prism_tier_queue *tq;
 	struct prism_choice c;
 	struct request *rq;
+	unsigned long st;
 	int t, d;
 
 	spin_lock(&pd->lock);
@@ -335,7 +466,8 @@ static struct request *prism_dispatch_request(struct blk_mq_hw_ctx *hctx)
 		}
 	}
 
-	if (!prism_choose(view, &pd->batch, &pd->tun, jiffies, &c))
+	tun = prism_tun(pd);
+	if (!prism_choose(view, &pd->batch, tun, jiffies, &c))
 		goto unlock;
 
 	rq = prism_pick(pd, &c);
@@ -350,13 +482,25 @@ static struct request *prism_dispatch_request(struct blk_mq_hw_ctx *hctx)
 		pd->tier[c.tier].shared++;
 	if (c.expired && !c.aged && !c.shared)
 		pd->tier[c.tier].expired++;
-	prism_note_dispatch(&pd->batch, &pd->tun, pd->sorted,
+	prism_note_dispatch(&pd->batch, tun, pd->sorted,
 			    prism_rq_state(rq) & PRISM_RQ_SEQ);
 
 found:
 	prism_remove_request(pd, q, rq);
+	st = prism_rq_state(rq);
 	tq = &pd->tier[prism_rq_tier(rq)];
 	tq->dispatched++;
+	if (st & PRISM_RQ_FOREIGN) {
+		/*
+		 * Never prepared, so never finished: it leaves the books here.
+		 * Should the driver requeue it, it comes back as a new foreign
+		 * insert, since its state cannot be told from a stale one.
+		 */
+		prism_rq_set_state(rq, 0);
+	} else {
+		atomic_inc(&tq->inflight);
+		prism_rq_set_state(rq, st | PRISM_RQ_DISPATCHED);
+	}
 	pd->head_pos = blk_rq_pos(rq) + blk_rq_sectors(rq);
 	tq->sweep_pos[prism_rq_dir(rq)] = pd->head_pos;
 	rq->rq_flags |= RQF_STARTED;
@@ -379,28 +523,54 @@ static bool prism_has_work(struct blk_mq_hw_ctx *hctx)
 	return false;
 }
 
+/* Whether a tier above @tier owns requests or completed one just now. */
+static bool prism_higher_active(struct prism_data *pd, enum prism_tier tier)
+{
+	unsigned long now = jiffies;
+	int t;
+
+	for (t = 0; t < tier; t++) {
+		struct prism_tier_queue *tq = &pd->tier[t];
+		u64 owned = READ_ONCE(tq->inserted) -
+			    atomic64_read(&tq->completed);
+
+		/* A completion may be counted before its insert is seen. */
+		if ((s64)owned < 0)
+			owned = 0;
+		if (prism_tier_active(owned, READ_ONCE(tq->last_done), now, HZ))
+			return true;
+	}
+	return false;
+}
+
 /*
- * Tag reserve: a NORMAL or LOW submitter may hold only its tier's share
- * of the scheduler tags, so a HIGH request always finds one free instead
- * of queueing in tag allocation where prism cannot see it.
+ * Tag reserve: while a higher tier is active, a NORMAL or LOW allocation
+ * may take only its tier's share of the scheduler tags, so a higher-tier
+ * request finds one free instead of queueing in tag allocation where
+ * prism cannot see it. The tier is the one the allocating thread's last
+ * request carried (see prism_alloc_tier()), else its own I/O priority's.
+ * Runs locklessly: the tunables under RCU, the counters as atomics or
+ * READ_ONCE.
  */
 static void prism_limit_depth(blk_opf_t opf, struct blk_mq_alloc_data *data)
 {
 	struct prism_data *pd = data->q->elevator->elevator_data;
 	unsigned int nr = data->q->nr_requests;
-	struct prism_tunables t;
+	const struct prism_tunables *t;
 	enum prism_tier tier;
+	u32 pid = current->pid;
+	u32 depth;
 
-	t.be_high_max = READ_ONCE(pd->tun.be_high_max);
-	t.be_low_min = READ_ONCE(pd->tun.be_low_min);
-	t.normal_depth = READ_ONCE(pd->tun.normal_depth);
-	t.low_depth = READ_ONCE(pd->tun.low_depth);
+	rcu_read_lock();
+	t = &rcu_dereference(pd->tun)->t;
+	tier = prism_alloc_tier(READ_ONCE(pd->recent[prism_recent_slot(pid)]),
+				pid, prism_tier_of(t, get_current_ioprio()));
+	depth = tier == PRISM_HIGH ? 0 :
+		prism_alloc_depth(tier, prism_higher_active(pd, tier), nr, t);
+	rcu_read_unlock();
 
-	tier = prism_tier_of(&t, get_current_ioprio());
-	if (tier == PRISM_HIGH)
-		return;
-	data->shallow_depth = prism_shallow_depth(data->hctx, nr,
-						  prism_tier_depth(tier, nr, &t));
+	if (depth)
+		data->shallow_depth = prism_shallow_depth(data->hctx, depth);
 }
 
 static void prism_depth_updated(struct blk_mq_hw_ctx *hctx)
@@ -421,21 +591,36 @@ static void prism_prepare_request(struct request *rq)
 	rq->elv.priv[1] = (void *)(unsigned long)current->pid;
 }
 
+/*
+ * The core calls this for every prepared request it frees: completed by
+ * the driver, merged away (with or without requests_merged()), or
+ * prepared but never inserted (6.1 passthrough; state 0, not ours).
+ */
 static void prism_finish_request(struct request *rq)
 {
 	struct prism_data *pd = rq->q->elevator->elevator_data;
 	unsigned long st = prism_rq_state(rq);
+	struct prism_tier_queue *tq;
+	unsigned long now = jiffies;
 
-	/* Prepared but never inserted (6.1 passthrough): not ours. */
-	if (st & PRISM_RQ_SEEN)
-		atomic64_inc(&pd->tier[prism_rq_tier(rq)].completed);
+	if (!(st & PRISM_RQ_SEEN) || (st & PRISM_RQ_FOREIGN))
+		return;
+	tq = &pd->tier[prism_rq_tier(rq)];
+	if (st & PRISM_RQ_DISPATCHED)
+		atomic_dec(&tq->inflight);
+	atomic64_inc(&tq->completed);
+	/* One store per jiffy at most: this line is shared by completions. */
+	if (READ_ONCE(tq->last_done) != now)
+		WRITE_ONCE(tq->last_done, now);
+	/* Finished twice (6.1 flush paths) must not count twice. */
+	prism_rq_set_state(rq, 0);
 }
 
 static int prism_request_merge(struct request_queue *q, struct request **rq,
 			       struct bio *bio)
 {
 	struct prism_data *pd = q->elevator->elevator_data;
-	enum prism_tier tier = prism_tier_of(&pd->tun, bio->bi_ioprio);
+	enum prism_tier tier = prism_tier_of(prism_tun(pd), bio->bi_ioprio);
 	struct prism_tier_queue *tq = &pd->tier[tier];
 	sector_t sector = bio_end_sector(bio);
 	struct request *__rq;
@@ -459,12 +644,12 @@ static void prism_request_merged(struct request_queue *q, struct request *req,
 {
 	struct prism_data *pd = q->elevator->elevator_data;
 	struct prism_tier_queue *tq = &pd->tier[prism_rq_tier(req)];
-	enum prism_dir dir = prism_rq_dir(req);
 
 	/* A front merge moved the start sector: re-sort. */
-	if (type == ELEVATOR_FRONT_MERGE && !RB_EMPTY_NODE(&req->rb_node)) {
-		elv_rb_del(&tq->sort[dir], req);
-		elv_rb_add(&tq->sort[dir], req);
+	if (type == ELEVATOR_FRONT_MERGE &&
+	    (prism_rq_state(req) & PRISM_RQ_SORTED)) {
+		elv_rb_del(&tq->sort[prism_rq_dir(req)], req);
+		elv_rb_add(&tq->sort[prism_rq_dir(req)], req);
 	}
 }
 
@@ -472,13 +657,22 @@ static void prism_requests_merged(struct request_queue *q, struct request *req,
 				  struct request *next)
 {
 	struct prism_data *pd = q->elevator->elevator_data;
+	unsigned long rst = prism_rq_state(req), nst = prism_rq_state(next);
 
 	lockdep_assert_held(&pd->lock);
 
 	pd->tier[prism_rq_tier(next)].merged++;
 
-	/* The survivor inherits the earlier arrival and FIFO place. */
-	if (!list_empty(&req->queuelist) && !list_empty(&next->queuelist) &&
+	/*
+	 * The survivor inherits the earlier arrival and FIFO place, but only
+	 * within its own tier's FIFO: the two may be in different tiers when
+	 * be_high_max or be_low_min changed between their inserts (the core
+	 * only checks that their ioprio is equal), and a request on another
+	 * tier's list would leave both tiers' counts wrong.
+	 */
+	if ((rst & nst & PRISM_RQ_QUEUED) &&
+	    !((rst | nst) & PRISM_RQ_AT_HEAD) &&
+	    prism_rq_tier(req) == prism_rq_tier(next) &&
 	    time_before((unsigned long)next->fifo_time,
 			(unsigned long)req->fifo_time)) {
 		list_move(&req->queuelist, &next->queuelist);
@@ -506,6 +700,7 @@ static bool prism_bio_merge(struct request_queue *q, struct bio *bio,
 static int prism_init_sched(struct request_queue *q, struct elevator_type *e)
 {
 	struct elevator_queue *eq;
+	struct prism_tun_rcu *tun;
 	struct prism_data *pd;
 	int t, d;
 
@@ -514,7 +709,10 @@ static int prism_init_sched(struct request_queue *q, struct elevator_type *e)
 		return -ENOMEM;
 
 	pd = kzalloc_node(sizeof(*pd), GFP_KERNEL, q->node);
-	if (!pd) {
+	tun = kzalloc_node(sizeof(*tun), GFP_KERNEL, q->node);
+	if (!pd || !tun) {
+		kfree(pd);
+		kfree(tun);
 		kobject_put(&eq->kobj);
 		return -ENOMEM;
 	}
@@ -528,8 +726,11 @@ static int prism_init_sched(struct request_queue *q, struct elevator_type *e)
 			pd->tier[t].sort[d] = RB_ROOT;
 		}
 		atomic64_set(&pd->tier[t].completed, 0);
+		atomic_set(&pd->tier[t].inflight, 0);
+		pd->tier[t].last_done = jiffies - HZ;
 	}
-	prism_tunables_init(&pd->tun, HZ);
+	prism_tunables_init(&tun->t, HZ);
+	RCU_INIT_POINTER(pd->tun, tun);
 	pd->front_merges = 1;
 	pd->sort_mode = PRISM_SORT_AUTO;
 	prism_batch_reset(&pd->batch);
@@ -555,13 +756,17 @@ static void prism_exit_sched(struct elevator_queue *e)
 		WARN_ON_ONCE(!list_empty(&tq->fifo[PRISM_READ]) ||
 			     !list_empty(&tq->fifo[PRISM_WRITE]));
 		/* Each request that entered left exactly once. */
-		WARN_ONCE(tq->inserted + tq->requeued !=
-			  tq->dispatched + tq->merged,
-			  "prism: tier %s: inserted %llu requeued %llu dispatched %llu merged %llu\n",
-			  prism_tier_name[t], tq->inserted, tq->requeued,
+		WARN_ONCE(tq->inserted != atomic64_read(&tq->completed) ||
+			  atomic_read(&tq->inflight),
+			  "prism: tier %s: inserted %llu completed %lld in flight %d (requeued %llu dispatched %llu merged %llu)\n",
+			  prism_tier_name[t], tq->inserted,
+			  atomic64_read(&tq->completed),
+			  atomic_read(&tq->inflight), tq->requeued,
 			  tq->dispatched, tq->merged);
 	}
 	spin_unlock(&pd->lock);
+	/* The queue is frozen: no limit_depth() can be reading them. */
+	kfree(rcu_dereference_protected(pd->tun, true));
 	kfree(pd);
 }
 
@@ -672,7 +877,7 @@ static ssize_t prism_attr_show(struct elevator_queue *e, char *page,
 	int val;
 
 	spin_lock(&pd->lock);
-	val = prism_attr_get(pd, &pd->tun, id);
+	val = prism_attr_get(pd, prism_tun(pd), id);
 	spin_unlock(&pd->lock);
 	return sysfs_emit(page, "%d\n", val);
 }
@@ -686,6 +891,7 @@ static ssize_t prism_attr_store(struct elevator_queue *e, const char *page,
 {
 	const struct prism_attr_range *r = &prism_attr_ranges[id];
 	struct prism_data *pd = e->elevator_data;
+	struct prism_tun_rcu *new, *old;
 	struct prism_tunables t;
 	unsigned long *jp;
 	int val, ret;
@@ -695,9 +901,12 @@ static ssize_t prism_attr_store(struct elevator_queue *e, const char *page,
 		return -EINVAL;
 	if (val < r->min || val > r->max)
 		return -EINVAL;
+	new = kzalloc(sizeof(*new), GFP_KERNEL);
+	if (!new)
+		return -ENOMEM;
 
 	spin_lock(&pd->lock);
-	t = pd->tun;
+	t = *prism_tun(pd);
 	jp = prism_attr_jiffies(&t, id);
 	if (jp) {
 		*jp = msecs_to_jiffies(val);
@@ -736,14 +945,17 @@ static ssize_t prism_attr_store(struct elevator_queue *e, const char *page,
 	}
 	if (!prism_tunables_valid(&t)) {
 		spin_unlock(&pd->lock);
+		kfree(new);
 		return -EINVAL;
 	}
-	pd->tun = t;
+	new->t = t;
+	old = rcu_replace_pointer(pd->tun, new, lockdep_is_held(&pd->lock));
 	if (id == PRISM_ATTR_FRONT_MERGES)
 		WRITE_ONCE(pd->front_merges, val);
 	if (id == PRISM_ATTR_SORT_MODE)
 		WRITE_ONCE(pd->sort_mode, val);
 	spin_unlock(&pd->lock);
+	kfree_rcu(old, rcu);
 	return count;
 }
 
@@ -803,18 +1015,26 @@ static int prism_tiers_show(void *data, struct seq_file *m)
 	struct prism_data *pd = q->elevator->elevator_data;
 	int t;
 
-	seq_puts(m, "tier queued inserted requeued dispatched merged aged shared expired completed\n");
+	/*
+	 * owned: inserted and not completed (queued, in flight, or merged
+	 * away and about to be freed); max_owned its high-water mark, which
+	 * the tag reserve bounds; foreign: inserted without being prepared.
+	 */
+	seq_puts(m, "tier queued inserted requeued dispatched merged aged shared expired completed inflight owned max_owned foreign\n");
 	spin_lock(&pd->lock);
 	for (t = 0; t < PRISM_NR_TIERS; t++) {
 		struct prism_tier_queue *tq = &pd->tier[t];
+		s64 completed = atomic64_read(&tq->completed);
 
-		seq_printf(m, "%s %u %llu %llu %llu %llu %llu %llu %llu %lld\n",
+		seq_printf(m, "%s %u %llu %llu %llu %llu %llu %llu %llu %lld %d %lld %llu %llu\n",
 			   prism_tier_name[t],
 			   tq->queued[PRISM_READ] + tq->queued[PRISM_WRITE] +
 			   tq->queued_head,
 			   tq->inserted, tq->requeued, tq->dispatched,
 			   tq->merged, tq->aged, tq->shared, tq->expired,
-			   atomic64_read(&tq->completed));
+			   completed, atomic_read(&tq->inflight),
+			   (s64)tq->inserted - completed, tq->max_owned,
+			   tq->foreign);
 	}
 	spin_unlock(&pd->lock);
 	return 0;
@@ -826,17 +1046,19 @@ static int prism_batch_show(void *data, struct seq_file *m)
 	struct prism_data *pd = q->elevator->elevator_data;
 	struct prism_batch b;
 	sector_t head;
+	u32 fifo_batch;
 	bool sorted;
 
 	spin_lock(&pd->lock);
 	b = pd->batch;
 	head = pd->head_pos;
 	sorted = pd->sorted;
+	fifo_batch = prism_tun(pd)->fifo_batch;
 	spin_unlock(&pd->lock);
 
 	seq_printf(m, "tier=%s dir=%s count=%u fifo_batch=%u starved=%u order=%s head=%llu credit_normal=%u credit_low=%u\n",
 		   b.tier >= 0 ? prism_tier_name[b.tier] : "none",
-		   prism_dir_name[b.dir], b.count, READ_ONCE(pd->tun.fifo_batch),
+		   prism_dir_name[b.dir], b.count, fifo_batch,
 		   b.starved, sorted ? "sector" : "fifo",
 		   (unsigned long long)head, b.credit[PRISM_NORMAL],
 		   b.credit[PRISM_LOW]);

@@ -436,6 +436,110 @@ TEST(sort_mode_follows_media)
  * arrival order at time 10, never expiring before @now = 20) and count
  * what each tier got.
  */
+/* What sbitmap grants with a per-word shallow depth @d (6.1's meaning). */
+static u32 granted(u32 d, u32 sb_depth, u32 shift)
+{
+	u32 bits = 1U << shift, total = 0, left = sb_depth;
+
+	while (left) {
+		u32 word = left < bits ? left : bits;
+
+		total += word < d ? word : d;
+		left -= word;
+	}
+	return total;
+}
+
+TEST(word_depth_is_the_largest_within_the_limit)
+{
+	u32 shift, sb_depth, depth;
+
+	/* Full words, the partial word sbitmap_resize() leaves, one word. */
+	for (shift = 0; shift <= 6; shift++) {
+		for (sb_depth = 1; sb_depth <= 300; sb_depth++) {
+			u32 words = (sb_depth + (1U << shift) - 1) >> shift;
+
+			for (depth = 1; depth < sb_depth; depth++) {
+				u32 d = prism_word_depth(depth, sb_depth, shift);
+
+				CHECK(d >= 1 && d <= (1U << shift));
+				if (depth >= words) {
+					CHECK(granted(d, sb_depth, shift) <= depth);
+					/* The largest: one more bit would exceed. */
+					if (d < (1U << shift))
+						CHECK(granted(d + 1, sb_depth, shift) > depth ||
+						      granted(d + 1, sb_depth, shift) ==
+						      granted(d, sb_depth, shift));
+				} else {
+					/* Below one bit per word: the closest it gets. */
+					CHECK_EQ(d, 1);
+				}
+			}
+		}
+	}
+}
+
+TEST(word_depth_after_lowering_nr_requests)
+{
+	/*
+	 * 128 tags (shift 5, four words of 32) lowered to 16: one partial
+	 * word of 16 bits. Half of it is 8, not (8 << 5) / 16 = 16, which the
+	 * full-word conversion gives and which is no limit at all.
+	 */
+	CHECK_EQ(prism_word_depth(8, 16, 5), 8);
+	CHECK_EQ(granted(prism_word_depth(8, 16, 5), 16, 5), 8);
+	/* 256 tags (four words of 64) lowered to 100: 64 + 36 bits. */
+	CHECK_EQ(granted(prism_word_depth(50, 100, 6), 100, 6), 50);
+	/* Untouched full words: as the kernel's own conversion. */
+	CHECK_EQ(prism_word_depth(64, 128, 5), 16);
+}
+
+TEST(alloc_depth_limits_only_below_an_active_tier)
+{
+	struct prism_tunables t = defaults();
+
+	CHECK_EQ(prism_alloc_depth(PRISM_HIGH, true, 64, &t), 0);
+	CHECK_EQ(prism_alloc_depth(PRISM_NORMAL, false, 64, &t), 0);
+	CHECK_EQ(prism_alloc_depth(PRISM_LOW, false, 64, &t), 0);
+	CHECK_EQ(prism_alloc_depth(PRISM_NORMAL, true, 64, &t), 48);
+	CHECK_EQ(prism_alloc_depth(PRISM_LOW, true, 64, &t), 32);
+	/* At least one tag, and a limit of everything is no limit. */
+	CHECK_EQ(prism_alloc_depth(PRISM_LOW, true, 1, &t), 0);
+	CHECK_EQ(prism_alloc_depth(PRISM_LOW, true, 2, &t), 1);
+	t.low_depth = 100;
+	CHECK_EQ(prism_alloc_depth(PRISM_LOW, true, 64, &t), 0);
+}
+
+TEST(tier_active_while_owning_and_shortly_after)
+{
+	unsigned long window = PRISM_ACTIVE_MS * HZ / 1000;
+	unsigned long done = (unsigned long)-5;	/* across the wrap */
+
+	CHECK(prism_tier_active(1, 0, 1000000, HZ));
+	CHECK(prism_tier_active(0, done, done, HZ));
+	CHECK(prism_tier_active(0, done, done + window - 1, HZ));
+	CHECK(!prism_tier_active(0, done, done + window, HZ));
+	/* A tier that never completed anything is idle once time moves on. */
+	CHECK(!prism_tier_active(0, 0, 100000, HZ));
+}
+
+TEST(alloc_tier_from_the_threads_last_request)
+{
+	u32 key = prism_recent_key(4194303, PRISM_LOW);	/* PID_MAX_LIMIT - 1 */
+
+	CHECK_EQ(prism_alloc_tier(key, 4194303, PRISM_NORMAL), PRISM_LOW);
+	/* Another thread in the slot, an empty slot, pid 0: the fallback. */
+	CHECK_EQ(prism_alloc_tier(key, 77, PRISM_NORMAL), PRISM_NORMAL);
+	CHECK_EQ(prism_alloc_tier(0, 77, PRISM_HIGH), PRISM_HIGH);
+	CHECK_EQ(prism_alloc_tier(prism_recent_key(0, PRISM_LOW), 0, PRISM_HIGH),
+		 PRISM_HIGH);
+	/* A corrupt tier value is never used. */
+	CHECK_EQ(prism_alloc_tier((77U << 2) | 3, 77, PRISM_NORMAL), PRISM_NORMAL);
+	CHECK_EQ(prism_alloc_tier(prism_recent_key(77, PRISM_HIGH), 77, PRISM_LOW),
+		 PRISM_HIGH);
+	CHECK(prism_recent_slot(77) < PRISM_NR_RECENT);
+}
+
 static void dispatch_backlogged(struct prism_tunables *t, const bool busy[],
 				int n, unsigned int got[PRISM_NR_TIERS])
 {
