@@ -17,6 +17,12 @@ MODULE_NAME = "prism-iosched"
 MODULE_FILES = ("prism_sched.c", "prism_policy.c", "prism_policy.h",
                 "prism_compat.h")
 
+# A test-only disk the VM suite loads (tests/kmod/prism_testblk.c): it
+# requeues, scribbles on the request unions and takes FUA and multi-range
+# discards, which no stock driver does on demand.
+TESTBLK_SRC = REPO / "tests" / "kmod"
+TESTBLK_NAME = "prism_testblk"
+
 # Lines of kbuild output that are not warnings about our code.
 _BENIGN = re.compile(r"Skipping BTF generation")
 
@@ -29,8 +35,26 @@ def module_path(k: kernels.Kernel) -> Path:
     return build_dir(k) / f"{MODULE_NAME}.ko"
 
 
+def testblk_path(k: kernels.Kernel) -> Path:
+    return build_dir(k) / "testblk" / f"{TESTBLK_NAME}.ko"
+
+
+def _kbuild(k: kernels.Kernel, out: Path, extra: list[str], what: str) -> None:
+    cmd = ["make", "-C", str(k.headers_dir), f"M={out}"] + extra + ["modules"]
+    r = subprocess.run(cmd, text=True, capture_output=True)
+    text = r.stdout + r.stderr
+    if r.returncode:
+        raise PrismError(f"{what} build for {k.abi} failed:\n{text[-3000:]}")
+    warnings = [line for line in text.splitlines()
+                if re.search(r"\bwarning\b", line, re.I) and not _BENIGN.search(line)]
+    if warnings:
+        raise PrismError(f"{what} build for {k.abi} printed warnings:\n"
+                         + "\n".join(warnings[:40]))
+
+
 def build(k: kernels.Kernel, fetch: bool = True) -> Path:
-    """Compile the module out of tree against @k; fail on any warning."""
+    """Compile the module out of tree against @k, and the test disk next
+    to it (testblk_path); fail on any warning."""
     if fetch:
         kernels.fetch(k)
     if not (k.headers_dir / "Makefile").exists():
@@ -41,18 +65,13 @@ def build(k: kernels.Kernel, fetch: bool = True) -> Path:
     out.mkdir(parents=True)
     for f in ("Kbuild",) + MODULE_FILES:
         shutil.copy2(MODULE_SRC / f, out / f)
-    cmd = ["make", "-C", str(k.headers_dir), f"M={out}",
-           f"PRISM_BLOCK_DIR={kernels.block_dir(k)}", "modules"]
     kernels.log(f"building {MODULE_NAME}.ko for {k.abi}")
-    r = subprocess.run(cmd, text=True, capture_output=True)
-    text = r.stdout + r.stderr
-    if r.returncode:
-        raise PrismError(f"module build for {k.abi} failed:\n{text[-3000:]}")
-    warnings = [line for line in text.splitlines()
-                if re.search(r"\bwarning\b", line, re.I) and not _BENIGN.search(line)]
-    if warnings:
-        raise PrismError(f"module build for {k.abi} printed warnings:\n"
-                         + "\n".join(warnings[:40]))
+    _kbuild(k, out, [f"PRISM_BLOCK_DIR={kernels.block_dir(k)}"], "module")
+    tb = out / "testblk"
+    tb.mkdir()
+    for f in ("Kbuild", f"{TESTBLK_NAME}.c"):
+        shutil.copy2(TESTBLK_SRC / f, tb / f)
+    _kbuild(k, tb, [], "test disk")
     ko = module_path(k)
     if not ko.exists():
         raise PrismError(f"build succeeded but {ko} is missing")
@@ -66,7 +85,8 @@ def run_checkpatch(k: kernels.Kernel) -> tuple[bool, str]:
     if not shutil.which("perl"):
         raise PrismError("perl not found: checkpatch needs it (apt-get install perl)")
     r = subprocess.run(["perl", str(script), "--no-tree", "--terse", "--show-types", "-f"]
-                       + [str(MODULE_SRC / f) for f in MODULE_FILES],
+                       + [str(MODULE_SRC / f) for f in MODULE_FILES]
+                       + [str(TESTBLK_SRC / f"{TESTBLK_NAME}.c")],
                        text=True, capture_output=True)
     report = (r.stdout + r.stderr).strip()
     problems = [line for line in report.splitlines()

@@ -13,6 +13,8 @@ from pathlib import Path
 SYS_BLOCK = Path("/sys/block")
 # The serial of the file-backed virtio disk the host attaches.
 VIRTIO_SERIAL = "prism-virtio"
+# The serial of the file-backed disk behind QEMU's NVMe controller.
+NVME_SERIAL = "prism-nvme"
 # The emulated drives, by profile (prism.vm.ModelDisk attaches them).
 MODEL_SERIALS = {"hdd": "prism-hdd", "ssd-model": "prism-ssd-model"}
 DEBUGFS = Path("/sys/kernel/debug")
@@ -64,7 +66,8 @@ def nullb_module(depth: int = 4, completion_us: int = 500, nr_devices: int = 1,
 
 
 def nullb_configfs(name: str, *, depth: int = 4, completion_us: int = 500,
-                   size_mb: int = 256, memory_backed: bool = True) -> str:
+                   size_mb: int = 256, memory_backed: bool = True,
+                   extra: dict | None = None) -> str:
     """A configfs null_blk device; memory-backed ones keep data, so fio
     verify works on them. Returns the block device name."""
     if not (CONFIGFS / "nullb").exists():
@@ -78,7 +81,7 @@ def nullb_configfs(name: str, *, depth: int = 4, completion_us: int = 500,
                 "irqmode": 2 if completion_us else 0,
                 "completion_nsec": completion_us * 1000, "size": size_mb,
                 "memory_backed": int(memory_backed), "submit_queues": 1,
-                "poll_queues": 0}
+                "poll_queues": 0, **(extra or {})}
     for key, val in settings.items():
         (d / key).write_text(f"{val}\n")
     (d / "power").write_text("1\n")
@@ -94,10 +97,11 @@ def nullb_configfs(name: str, *, depth: int = 4, completion_us: int = 500,
 
 
 def disk_by_serial(serial: str) -> str:
+    # virtio-blk shows the serial on the disk, NVMe on its controller.
     for dev in sorted(SYS_BLOCK.iterdir()):
-        s = dev / "serial"
-        if s.exists() and s.read_text().strip() == serial:
-            return dev.name
+        for s in (dev / "serial", dev / "device" / "serial"):
+            if s.exists() and s.read_text().strip() == serial:
+                return dev.name
     raise RuntimeError(f"no disk with serial {serial!r} attached")
 
 
@@ -199,8 +203,19 @@ def fio(jobfile: str | None = None, args: list[str] = (), timeout: float = 600) 
         cmd.append(jobfile)
     r = subprocess.run(cmd, text=True, capture_output=True, timeout=timeout)
     if r.returncode:
-        raise RuntimeError(f"fio failed ({r.returncode}): {r.stderr.strip()[-1500:]}")
+        raise RuntimeError(f"fio failed ({r.returncode}): {r.stderr.strip()[-1500:]}"
+                           f"{fio_job_errors(r.stdout)}")
     return parse_fio_json(r.stdout)
+
+
+def fio_job_errors(stdout: str) -> str:
+    """The jobs fio reports an error for, from its JSON output, if any."""
+    try:
+        jobs = parse_fio_json(stdout)["jobs"]
+    except (RuntimeError, ValueError, KeyError):
+        return ""
+    bad = [f"{j['jobname']}: error {j['error']}" for j in jobs if j.get("error")]
+    return ("; jobs: " + ", ".join(bad)) if bad else ""
 
 
 def parse_fio_json(text: str) -> dict:

@@ -41,6 +41,18 @@ class Disk:
 
 
 @dataclasses.dataclass
+class NvmeDisk(Disk):
+    """A file-backed disk behind QEMU's NVMe controller: one hardware queue
+    per guest CPU and multi-range discard (256 segments), the shape of
+    most real SSDs. The guest finds it by the controller's serial."""
+
+    def qemu_opts(self, index: int) -> str:
+        drive_id = f"prismdisk{index}"
+        return (f"-drive file={self.path},if=none,id={drive_id},format=raw,cache=none "
+                f"-device nvme,serial={self.serial},drive={drive_id}")
+
+
+@dataclasses.dataclass
 class ModelDisk:
     """An emulated HDD or SSD: the guest sees a virtio disk, while a host
     process (prism disk serve) answers its requests over NBD when the
@@ -208,6 +220,9 @@ def _guest_script(command: str, rundir: Path, ko: Path | None, setup: str = "") 
     }
     if ko:
         env["PRISM_KO"] = str(ko)
+        testblk = ko.parent / "testblk" / "prism_testblk.ko"
+        if testblk.exists():
+            env["PRISM_TESTBLK_KO"] = str(testblk)
     exports = "\n".join(f"export {k}={shlex.quote(v)}" for k, v in env.items())
     return f"""#!/bin/bash
 {exports}

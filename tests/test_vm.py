@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from prism import build, diskmodel, guest, kernels, selftest, vm
+from prism import build, cli, diskmodel, kernels, selftest, vm
 
 CHECK_NAMES = ["setup"] + [name for name, _ in selftest.CHECKS]
 
@@ -29,9 +29,7 @@ def boot(kernel, request):
     k = kernels.get(kernel)
     ko = build.build(k)
     rundir = vm.new_rundir()
-    disks = [vm.Disk(serial=guest.VIRTIO_SERIAL, path=rundir / "virtio.img",
-                     size_mb=256),
-             vm.ModelDisk(diskmodel.HddProfile(), rundir, trace=True)]
+    disks = cli.selftest_disks(rundir)
     res = vm.run(k, "python3 -m prism.selftest --out results.json", ko=ko,
                  disks=disks, timeout=2400, rundir=rundir, echo=True)
     out = rundir / "results.json"
@@ -139,8 +137,10 @@ def test_bench_every_workload_on_the_hdd(request, tmp_path):
         assert run["jobs"] and all(j["errors"] == 0 for j in run["jobs"]), run["workload"]
         assert sum(j["ios"] for j in run["jobs"]) > 0, run["workload"]
         assert run["drive"]["commands"] > 0, run["workload"]
-        # Every request that entered is dispatched, merged or still queued
-        # (read under prism's lock; ext4 may be committing a journal).
+        # Every request that entered and is not completed is queued or in
+        # flight; ext4 may be committing a journal, and a request counted
+        # out of flight is counted completed a moment later, so allow a
+        # few in between but never fewer owned than held.
         books = run["prism_tiers"]
-        assert all(t["inserted"] + t["requeued"] == t["dispatched"] + t["merged"] + t["queued"]
-                   for t in books.values()), run["workload"]
+        assert all(0 <= t["owned"] - t["queued"] - t["inflight"] <= 4
+                   for t in books.values()), (run["workload"], books)
