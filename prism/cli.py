@@ -5,6 +5,7 @@
   prism checkpatch                  checkpatch.pl --no-tree -f on the module sources
   prism vm --kernel 6.12 -- CMD     boot the kernel under QEMU, module at $PRISM_KO
   prism selftest --kernel 6.12      the in-VM check suite, one boot
+  prism blktests --kernel 6.12      blktests' block tests with prism loaded, one boot
   prism try --kernel 6.12           a short mixed-priority run: none vs prism
   prism bench run --workload W ...  the benchmark: workloads x schedulers x reps
   prism demo [--quick]              seed 000's database + backup, all five schedulers
@@ -21,11 +22,11 @@ import time
 import tomllib
 from pathlib import Path
 
-from . import bench, build, diskmodel, kernels, nbd, vm, workloads
+from . import bench, blktests, build, diskmodel, kernels, nbd, vm, workloads
 from .errors import PrismError
-from .guest import VIRTIO_SERIAL
+from .guest import NVME_SERIAL, VIRTIO_SERIAL
 
-DEVICES = ("nullb", "virtio") + tuple(diskmodel.PROFILES)
+DEVICES = ("nullb", "virtio", "nvme") + tuple(diskmodel.PROFILES)
 
 
 def _kernels(arg: str) -> list[kernels.Kernel]:
@@ -34,15 +35,26 @@ def _kernels(arg: str) -> list[kernels.Kernel]:
     return [kernels.get(arg)]
 
 
+def selftest_disks(rundir: Path) -> list[vm.Disk | vm.ModelDisk]:
+    """What prism.selftest expects: a small virtio disk, an NVMe disk and
+    the emulated HDD."""
+    return [vm.Disk(serial=VIRTIO_SERIAL, path=rundir / "virtio.img", size_mb=256),
+            vm.NvmeDisk(serial=NVME_SERIAL, path=rundir / "nvme.img", size_mb=256),
+            vm.ModelDisk(diskmodel.HddProfile(), rundir, trace=True)]
+
+
 def _disks(args, rundir: Path) -> list[vm.Disk | vm.ModelDisk]:
     if getattr(args, "disk_params", None) and args.device not in diskmodel.PROFILES:
         raise PrismError("--disk-params goes with --device " + " or ".join(diskmodel.PROFILES))
     if args.device == "selftest":
-        # What prism.selftest expects: a small virtio disk and the HDD.
-        return [vm.Disk(serial=VIRTIO_SERIAL, path=rundir / "virtio.img", size_mb=256),
-                vm.ModelDisk(diskmodel.HddProfile(), rundir, trace=True)]
+        return selftest_disks(rundir)
     if args.device == "virtio":
         return [vm.Disk(serial=VIRTIO_SERIAL, path=rundir / "virtio.img", size_mb=1024)]
+    if args.device == "blktests":
+        return [vm.Disk(serial=blktests.SCRATCH_SERIAL, path=rundir / "blktests.img",
+                        size_mb=1024)]
+    if args.device == "nvme":
+        return [vm.NvmeDisk(serial=NVME_SERIAL, path=rundir / "nvme.img", size_mb=1024)]
     if args.device in diskmodel.PROFILES:
         return [vm.ModelDisk(bench.disk_profile(args), rundir, trace=True)]
     return []
@@ -119,6 +131,35 @@ def cmd_selftest(args) -> int:
         for name, r in results.items():
             kernels.log(f"{k.series} {name}: {'ok' if r.get('ok') else 'FAILED'}")
         if res.returncode != 0 or not clean or not results:
+            status = 1
+    return status
+
+
+def run_blktests(k, args) -> tuple[vm.VmResult, dict]:
+    """One boot of @k running blktests (args.tests) with prism loaded;
+    returns the boot and the guest's blktests.json."""
+    built = blktests.prepare(kernels.cache_dir())
+    rundir = vm.new_rundir()
+    blktests.copy_to(built, rundir)
+    args.device = "blktests"
+    res = _run_vm(k, f"python3 -m prism.blktests --tests {args.tests} --out blktests.json",
+                  args, rundir=rundir)
+    out = rundir / "blktests.json"
+    return res, (json.loads(out.read_text()) if out.exists() else {})
+
+
+def cmd_blktests(args) -> int:
+    status = 0
+    for k in _kernels(args.kernel):
+        try:
+            res, doc = run_blktests(k, args)
+        except blktests.Missing as e:
+            raise PrismError(str(e))
+        clean = _report_log(res)
+        s = blktests.summary(doc)
+        for outcome, names in s.items():
+            kernels.log(f"{k.series} blktests {outcome} ({len(names)}): " + "; ".join(names))
+        if not doc or s["failed"] or not clean:
             status = 1
     return status
 
@@ -261,6 +302,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--device", choices=DEVICES, default="nullb",
                    help="nullb: nothing attached, load null_blk in the guest; "
                         "virtio: attach a 1 GiB file-backed virtio disk, serial prism-virtio; "
+                        "nvme: the same behind QEMU's NVMe controller (one queue per CPU, "
+                        "multi-range discard), serial prism-nvme; "
                         "hdd, ssd-model: attach the emulated drive (serial prism-hdd, "
                         "prism-ssd-model), served from the host; its trace is "
                         "disk-trace.csv in the run directory")
@@ -268,6 +311,14 @@ def parser() -> argparse.ArgumentParser:
                    help="parameter file for hdd/ssd-model (see prism disk params)")
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD to run in the guest")
     p.set_defaults(func=cmd_vm)
+
+    p = sub.add_parser("blktests", help="run blktests' block tests with prism loaded "
+                                        "(one boot per kernel)")
+    _vm_options(p)
+    p.add_argument("--tests", default=",".join(blktests.SCHED_TESTS),
+                   help="comma-separated tests, or 'block' for the whole group (default: "
+                        "the scheduler-relevant ones pytest runs)")
+    p.set_defaults(func=cmd_blktests, timeout=5400)
 
     p = sub.add_parser("selftest", help="run the in-VM check suite (one boot per kernel)")
     _vm_options(p)

@@ -1,0 +1,197 @@
+"""blktests' block group against prism, in the VM.
+
+blktests (osandov/blktests) has no Debian package; the project pins a
+snapshot, ../shared/third-party/blktests-<commit>.tar.gz next to the
+checkout, or the tarball or checkout named by $PRISM_BLKTESTS. The host
+unpacks and builds it once in the cache (its helpers need gcc, make and
+GNU awk) and copies it into the VM's run directory, where the guest can
+write its results. In the guest, prism is loaded first, so every test that
+loops over a queue's schedulers (_io_schedulers) includes it, and the
+scratch disk (TEST_DEVS) runs under prism. A test that fails is run again
+with prism unloaded: only a failure that goes away then is prism's.
+
+Host:  prism blktests --kernel all [--tests block/005,...]
+Guest: python3 -m prism.blktests --tests ... --out blktests.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import tarfile
+from pathlib import Path
+
+COMMIT = "613b837"
+TARBALL_NAME = f"blktests-{COMMIT}.tar.gz"
+# The scratch disk the host attaches for TEST_DEVS (virtio, file-backed).
+SCRATCH_SERIAL = "prism-blktests"
+
+# Tests that exercise what a scheduler touches: they loop over the
+# schedulers (005, 014, 015, 020, 021, 027), or drive discards (003,
+# 009), flushes (004), the in-flight counter (017), queue freezes (016,
+# 022), hotplug under I/O (001, 027) or shared tags (010, 031). The
+# tests run by pytest (and so by CI); the whole group has its own command.
+SCHED_TESTS = ["block/001", "block/003", "block/004", "block/005", "block/009",
+               "block/010", "block/014", "block/015", "block/016", "block/017",
+               "block/020", "block/021", "block/022", "block/027", "block/031"]
+
+
+class Missing(Exception):
+    """blktests is not available here; the message says how to get it."""
+
+
+def source() -> Path:
+    """The blktests snapshot: $PRISM_BLKTESTS, or the pinned tarball in
+    ../shared/third-party/ next to the checkout."""
+    env = os.environ.get("PRISM_BLKTESTS")
+    repo = Path(__file__).resolve().parent.parent
+    candidates = [Path(env)] if env else [repo.parent / "shared" / "third-party" / TARBALL_NAME]
+    for c in candidates:
+        if c.exists():
+            return c
+    raise Missing(
+        f"blktests not found (looked for {', '.join(map(str, candidates))}); get it with "
+        f"'git clone https://github.com/osandov/blktests && git -C blktests checkout "
+        f"{COMMIT}' and set PRISM_BLKTESTS to that directory (or to a tarball of it)")
+
+
+def prepare(cache: Path) -> Path:
+    """Unpack and build blktests once under @cache; returns its directory."""
+    src = source()
+    dest = cache / f"blktests-{COMMIT}"
+    if (dest / ".built").exists():
+        return dest
+    if not shutil.which("gawk"):
+        raise Missing("blktests needs GNU awk: apt-get install gawk")
+    shutil.rmtree(dest, ignore_errors=True)
+    if src.is_dir():
+        shutil.copytree(src, dest, ignore=shutil.ignore_patterns(".git", "results"))
+    else:
+        tmp = cache / f"blktests-{COMMIT}.unpack"
+        shutil.rmtree(tmp, ignore_errors=True)
+        with tarfile.open(src) as tf:
+            tf.extractall(tmp)
+        (top,) = list(tmp.iterdir())
+        top.rename(dest)
+        tmp.rmdir()
+    r = subprocess.run(["make", "-C", str(dest), "-j2"], capture_output=True, text=True)
+    if r.returncode:
+        raise RuntimeError(f"building blktests failed:\n{r.stderr[-2000:]}")
+    (dest / ".built").write_text("ok\n")
+    return dest
+
+
+def copy_to(built: Path, rundir: Path) -> Path:
+    dest = rundir / "blktests"
+    shutil.rmtree(dest, ignore_errors=True)
+    shutil.copytree(built, dest, symlinks=True)
+    return dest
+
+
+# --- in the guest -------------------------------------------------------
+
+def parse_results(results: Path) -> dict[str, dict]:
+    """blktests writes results/<device or nodev>/<group>/<test>, one
+    "key<TAB>value" per line (status: pass, fail or not run; reason)."""
+    out: dict[str, dict] = {}
+    if not results.exists():
+        return out
+    for f in sorted(results.glob("*/*/*")):
+        if not f.is_file() or "." in f.name:
+            continue
+        rec = {}
+        for line in f.read_text(errors="replace").splitlines():
+            k, _, v = line.partition("\t")
+            rec[k.strip()] = v.strip()
+        name = f"{f.parent.name}/{f.name}"
+        where = f.parent.parent.name
+        entry = {"status": rec.get("status", "unknown"), "device": where}
+        if rec.get("reason"):
+            entry["reason"] = rec["reason"]
+        if entry["status"] == "fail":
+            full = f.with_name(f.name + ".full")
+            bad = f.with_name(f.name + ".out.bad")
+            for extra in (bad, full):
+                if extra.exists():
+                    entry.setdefault("detail", extra.read_text(errors="replace")[-1500:])
+        prev = out.get(name)
+        # A test run on a device and on nodev: keep the worse outcome.
+        if prev is None or entry["status"] == "fail":
+            out[name] = entry
+    return out
+
+
+def run_check(root: Path, tests: list[str], log: Path) -> dict[str, dict]:
+    shutil.rmtree(root / "results", ignore_errors=True)
+    with open(log, "a") as f:
+        subprocess.run(["./check"] + tests, cwd=root, stdout=f, stderr=subprocess.STDOUT,
+                       timeout=3600)
+    return parse_results(root / "results")
+
+
+def guest_main(argv=None) -> int:
+    from . import guest as g
+
+    ap = argparse.ArgumentParser(prog="python3 -m prism.blktests")
+    ap.add_argument("--tests", default=",".join(SCHED_TESTS),
+                    help="comma-separated, or 'block' for the whole group")
+    ap.add_argument("--out", default="blktests.json")
+    args = ap.parse_args(argv)
+    rundir = Path(os.environ.get("PRISM_RUNDIR", "."))
+    root = rundir / "blktests"
+    tests = ["block"] if args.tests == "block" else args.tests.split(",")
+
+    g.load_prism()
+    g.mount_debugfs()
+    g.sh("modprobe configfs; mountpoint -q /sys/kernel/config || "
+         "mount -t configfs none /sys/kernel/config", check=False)
+    g.sh("modprobe kyber-iosched; modprobe bfq", check=False)
+    scratch = g.disk_by_serial(SCRATCH_SERIAL)
+    g.set_scheduler(scratch, "prism")
+    (root / "config").write_text(f"TEST_DEVS=(/dev/{scratch})\n")
+    log = rundir / "blktests.log"
+    log.write_text("")
+    g.log(f"blktests {' '.join(tests)} on /dev/{scratch} with prism loaded")
+    with_prism = run_check(root, tests, log)
+    failed = [t for t, r in with_prism.items() if r["status"] == "fail"]
+    without = {}
+    if failed:
+        # Again with prism gone from every queue and unloaded.
+        for d in g.SYS_BLOCK.iterdir():
+            if (d / "queue" / "scheduler").exists() and g.schedulers(d.name)[1] == "prism":
+                g.set_scheduler(d.name, "none")
+        g.unload_prism()
+        g.log(f"rerunning without prism: {' '.join(failed)}")
+        without = run_check(root, failed, log)
+    for t, r in with_prism.items():
+        if r["status"] == "fail":
+            r["without_prism"] = without.get(t, {}).get("status", "unknown")
+            # Excused only if it fails the same way without prism.
+            r["prism_failure"] = r["without_prism"] != "fail"
+    doc = {"tests": tests, "scratch": scratch, "results": with_prism}
+    Path(args.out).write_text(json.dumps(doc, indent=1))
+    for t, r in sorted(with_prism.items()):
+        g.log(f"{t}: {r['status']}" + (f" ({r['reason']})" if r.get("reason") else "")
+              + (f" [without prism: {r['without_prism']}]" if "without_prism" in r else ""))
+    return 1 if any(r.get("prism_failure") for r in with_prism.values()) else 0
+
+
+def summary(doc: dict) -> dict[str, list[str]]:
+    """Tests by outcome: passed, failed (prism's), failed_elsewhere, not_run."""
+    out: dict[str, list[str]] = {"passed": [], "failed": [], "failed_elsewhere": [],
+                                 "not_run": []}
+    for t, r in sorted(doc.get("results", {}).items()):
+        if r["status"] == "pass":
+            out["passed"].append(t)
+        elif r["status"] == "fail":
+            out["failed" if r.get("prism_failure") else "failed_elsewhere"].append(t)
+        else:
+            out["not_run"].append(f"{t}: {r.get('reason', r['status'])}")
+    return out
+
+
+if __name__ == "__main__":
+    raise SystemExit(guest_main())

@@ -1,0 +1,61 @@
+"""blktests' scheduler-relevant block tests (prism.blktests.SCHED_TESTS),
+one QEMU boot per kernel with prism loaded, so every test that loops over
+a queue's schedulers includes prism and the scratch disk runs under it.
+Each test is a pytest case: it passes when blktests passed it, or when it
+failed the same way with prism unloaded (not prism's failure; the case
+then says so); tests the kernel or the VM cannot run are skipped with
+blktests' reason. The whole block group: prism blktests --tests block.
+
+Skipped, with how to get blktests, when its snapshot is absent.
+"""
+
+import argparse
+
+import pytest
+
+from prism import blktests, cli, kernels
+
+
+def pytest_generate_tests(metafunc):
+    if "kernel" in metafunc.fixturenames:
+        series = [s.strip() for s in metafunc.config.getoption("--kernels").split(",")
+                  if s.strip()]
+        metafunc.parametrize("kernel", series, scope="session")
+
+
+@pytest.fixture(scope="session")
+def blktests_boot(kernel, request):
+    if request.config.getoption("--no-vm"):
+        pytest.skip("--no-vm")
+    try:
+        blktests.source()
+    except blktests.Missing as e:
+        pytest.skip(str(e))
+    args = argparse.Namespace(tests=",".join(blktests.SCHED_TESTS), memory="2G", cpus=2,
+                              accel="auto", timeout=3000, device="blktests")
+    return cli.run_blktests(kernels.get(kernel), args)
+
+
+@pytest.mark.vm
+@pytest.mark.parametrize("test", blktests.SCHED_TESTS)
+def test_blktests(blktests_boot, test):
+    res, doc = blktests_boot
+    results = doc.get("results", {})
+    assert results, f"blktests did not report (guest exit {res.returncode}):\n{res.output[-3000:]}"
+    assert test in results, f"{test} has no result; reported: {sorted(results)}"
+    r = results[test]
+    if r["status"] == "not run":
+        pytest.skip(f"{test} not run: {r.get('reason', '?')}")
+    if r["status"] == "fail":
+        assert not r.get("prism_failure"), (
+            f"{test} fails under prism and not without it ({r.get('without_prism')}):\n"
+            f"{r.get('detail', '')}")
+        pytest.xfail(f"{test} fails without prism too: {r.get('detail', '')[-300:]}")
+    assert r["status"] == "pass", r
+
+
+@pytest.mark.vm
+def test_blktests_kernel_log_clean(blktests_boot):
+    res, _ = blktests_boot
+    assert res.dmesg, f"no kernel log came back (guest exit {res.returncode})"
+    assert res.log_problems == [], "\n".join(f"{k}: {line}" for k, line in res.log_problems)
