@@ -66,6 +66,10 @@ WORKLOADS = {w.name: w for w in [
                f"sequential reader_a (BE2) against runs_b reading {size} runs at random "
                "(BE7)", high_job="reader_a", low_job="runs_b", family="token")
       for size in ("4k", "64k", "1m", "16m")],
+    Workload("cpu_randread1", "001",
+             "4 KiB random reads, io_uring, iodepth 32, default priority, one job: "
+             "the scheduler's CPU cost on nullb-cpu"),
+    Workload("cpu_randread2", "001", "the same with two submitting jobs"),
     Workload("seqread_buffered", "003",
              "sequential buffered 1 MiB reads through the page cache (hdparm -t)"),
 ]}
