@@ -6,7 +6,9 @@ failed the same way with prism unloaded (not prism's failure; the case
 then says so); tests the kernel or the VM cannot run are skipped with
 blktests' reason. The whole block group: prism blktests --tests block.
 
-Skipped, with how to get blktests, when its snapshot is absent.
+Run with --blktests (not by default yet: the first boot under TCG spent
+minutes in block/001 alone, and CI must stay within 40 minutes). Skipped,
+with how to get blktests, when its snapshot is absent.
 """
 
 import argparse
@@ -27,12 +29,15 @@ def pytest_generate_tests(metafunc):
 def blktests_boot(kernel, request):
     if request.config.getoption("--no-vm"):
         pytest.skip("--no-vm")
+    if not request.config.getoption("--blktests"):
+        pytest.skip("blktests run with --blktests (not yet in CI: its running time "
+                    "under TCG is being measured)")
     try:
         blktests.source()
     except blktests.Missing as e:
         pytest.skip(str(e))
     args = argparse.Namespace(tests=",".join(blktests.SCHED_TESTS), memory="2G", cpus=2,
-                              accel="auto", timeout=3000, device="blktests")
+                              accel="auto", timeout=1200, device="blktests")
     return cli.run_blktests(kernels.get(kernel), args)
 
 
