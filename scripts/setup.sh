@@ -14,7 +14,7 @@ fi
 
 export DEBIAN_FRONTEND=noninteractive
 APT_PACKAGES=(qemu-system-x86 kmod udev fio gcc make perl xz-utils pahole
-	busybox-static e2fsprogs util-linux procps gawk)
+	busybox-static e2fsprogs util-linux procps gawk xfsprogs)
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do

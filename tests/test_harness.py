@@ -165,3 +165,40 @@ def test_set_scheduler_always_gives_a_fresh_instance(monkeypatch):
     guest.set_scheduler("vda", "none")
     guest.set_scheduler("vda", "none")
     assert writes == ["bfq", "none", "none"]
+
+
+def test_blktests_results_and_skip_reasons_from_a_recorded_run():
+    """blktests' results files (status per test and device) and the skip
+    reasons it prints only on its output, from a recorded 6.12 run."""
+    from prism import blktests
+
+    data = Path(__file__).parent / "data" / "blktests"
+    results = blktests.parse_results(data / "results")
+    assert results["block/005"] == {"status": "pass", "device": "vda"}
+    assert results["block/016"]["status"] == "pass"
+    assert results["block/014"]["status"] == "not run"
+    reasons = blktests.skip_reasons((data / "check-output.txt").read_text())
+    assert reasons == {"block/014": "module null_blk does not have parameter timeout"}
+
+
+def test_blktests_summary_counts_only_prism_failures_against_prism():
+    from prism import blktests
+
+    doc = {"results": {
+        "block/003": {"status": "pass"},
+        "block/005": {"status": "fail", "without_prism": "pass", "prism_failure": True},
+        "block/038": {"status": "fail", "without_prism": "fail", "prism_failure": False},
+        "block/014": {"status": "not run", "reason": "no timeout parameter"}}}
+    s = blktests.summary(doc)
+    assert s["passed"] == ["block/003"]
+    assert s["failed"] == ["block/005"]
+    assert s["failed_elsewhere"] == ["block/038"]
+    assert s["not_run"] == ["block/014: no timeout parameter"]
+
+
+def test_blktests_missing_says_how_to_get_it(monkeypatch, tmp_path):
+    from prism import blktests
+
+    monkeypatch.setenv("PRISM_BLKTESTS", str(tmp_path / "nowhere"))
+    with pytest.raises(blktests.Missing, match="git clone https://github.com/osandov/blktests"):
+        blktests.source()
