@@ -17,12 +17,12 @@ from pathlib import Path
 
 from . import build, diskmodel, kernels, report, stats, vm, workloads
 from .benchrun import MODEL_PROFILES, NULLB_PROFILES, parse_scheduler
-from .guest import VIRTIO_SERIAL
+from .guest import NVME_SERIAL, VIRTIO_SERIAL
 from .errors import PrismError
 
 KNOWN_SCHEDULERS = ("none", "mq-deadline", "kyber", "bfq", "prism")
 ALL_SCHEDULERS = ",".join(KNOWN_SCHEDULERS)
-VM_PROFILES = tuple(NULLB_PROFILES) + ("virtio",) + tuple(MODEL_PROFILES)
+VM_PROFILES = tuple(NULLB_PROFILES) + ("virtio", "nvme") + tuple(MODEL_PROFILES)
 
 
 def parse_schedulers(text: str) -> list[str]:
@@ -203,6 +203,8 @@ def run_in_vm(k: kernels.Kernel, plan: dict, args) -> tuple[Path, list[dict]]:
     disks = []
     if plan["profile"] == "virtio":
         disks = [vm.Disk(serial=VIRTIO_SERIAL, path=rundir / "virtio.img", size_mb=4096)]
+    elif plan["profile"] == "nvme":
+        disks = [vm.NvmeDisk(serial=NVME_SERIAL, path=rundir / "nvme.img", size_mb=4096)]
     elif plan["profile"] in MODEL_PROFILES:
         disk = vm.ModelDisk(disk_profile(args), rundir, trace=True)
         disks = [disk]

@@ -36,10 +36,13 @@ def _kernels(arg: str) -> list[kernels.Kernel]:
 
 
 def selftest_disks(rundir: Path) -> list[vm.Disk | vm.ModelDisk]:
-    """What prism.selftest expects: a small virtio disk, an NVMe disk and
-    the emulated HDD."""
+    """What prism.selftest expects: a small virtio disk, two NVMe disks
+    (one metered at 400 IOPS for the priority check; the driver's queues
+    are one tag deep on both) and the emulated HDD."""
     return [vm.Disk(serial=VIRTIO_SERIAL, path=rundir / "virtio.img", size_mb=256),
             vm.NvmeDisk(serial=NVME_SERIAL, path=rundir / "nvme.img", size_mb=256),
+            vm.NvmeDisk(serial=NVME_SERIAL + "-slow", path=rundir / "nvme-slow.img",
+                        size_mb=2048, throttle_iops=400, io_queue_depth=2),
             vm.ModelDisk(diskmodel.HddProfile(), rundir, trace=True)]
 
 

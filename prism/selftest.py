@@ -282,11 +282,13 @@ def contention_jobs(dev: str, high: str, low: str, runtime: int) -> list[str]:
 SCHED_TAGS = 64
 
 
-def check_priority_latency(ctx) -> dict:
+def check_priority_latency(ctx, devkey: str = "nullb") -> dict:
     """HIGH is served before LOW when both queue on a depth-limited
     device: the high-priority job's mean latency under prism against
-    none, same boot, interleaved, twice each."""
-    dev = ctx["nullb"]
+    none, same boot, interleaved, twice each. On null_blk (2 slots of
+    5 ms) and on the metered NVMe disk (400 IOPS, one tag per queue, two
+    hardware queues)."""
+    dev = ctx[devkey]
     high = "--rw=randread --bs=4k --iodepth=4 --prioclass=2 --prio=1"
     low = "--rw=read --bs=128k --iodepth=16 --prioclass=2 --prio=7 --offset=1G"
     runs = []
@@ -782,6 +784,7 @@ CHECKS = [
     ("switch_under_load", check_switch_under_load),
     ("switch_under_load_nvme", lambda ctx: check_switch_under_load(ctx, "nvme")),
     ("priority_latency", check_priority_latency),
+    ("priority_latency_nvme", lambda ctx: check_priority_latency(ctx, "nvme_slow")),
     ("aging", check_aging),
     ("share", check_share),
     ("share_sweep", check_share_sweep),
@@ -811,6 +814,7 @@ def setup() -> dict:
                                   memory_backed=False)
     virtio = g.disk_by_serial(g.VIRTIO_SERIAL)
     nvme = g.disk_by_serial(g.NVME_SERIAL)
+    nvme_slow = g.disk_by_serial(g.NVME_SERIAL + "-slow")
     hdd = g.disk_by_serial(g.MODEL_SERIALS["hdd"])
     # prism's test disk (tests/kmod/prism_testblk.c), not requeueing yet.
     ko = os.environ.get("PRISM_TESTBLK_KO")
@@ -819,7 +823,8 @@ def setup() -> dict:
     g.sh(f"insmod {ko} requeue_every=0 queue_depth=4")
     # The HDD check verifies 4 regions of 8 MB: some seconds at disk speed.
     return {"nullb": nullb, "nullb_verify": nullb_verify, "nullb_discard": nullb_discard,
-            "nullb_tags": nullb_tags, "virtio": virtio, "nvme": nvme, "hdd": hdd,
+            "nullb_tags": nullb_tags, "virtio": virtio, "nvme": nvme,
+            "nvme_slow": nvme_slow, "hdd": hdd,
             "testblk": "prismtb0",
             "size_mb": {"virtio": 256, "nullb_verify": 256, "hdd": 48, "nvme": 256,
                         "nullb_discard": 256, "testblk": 256}}
