@@ -150,12 +150,20 @@ def skip_reasons(output: str) -> dict[str, str]:
 
 def run_check(root: Path, tests: list[str], log: Path) -> dict[str, dict]:
     shutil.rmtree(root / "results", ignore_errors=True)
-    r = subprocess.run(["./check"] + tests, cwd=root, stdout=subprocess.PIPE,
-                       stderr=subprocess.STDOUT, text=True, errors="replace", timeout=3600)
+    # Its output goes to the log as it comes (progress), and is kept for
+    # the skip reasons.
+    lines = []
     with open(log, "a") as f:
-        f.write(r.stdout)
+        proc = subprocess.Popen(["./check"] + tests, cwd=root, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True, errors="replace")
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.append(line)
+            f.write(line)
+            f.flush()
+        proc.wait()
     results = parse_results(root / "results")
-    for test, reason in skip_reasons(r.stdout).items():
+    for test, reason in skip_reasons("".join(lines)).items():
         if test in results and reason and not results[test].get("reason"):
             results[test]["reason"] = reason
     return results

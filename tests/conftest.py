@@ -11,7 +11,5 @@ def pytest_addoption(parser):
                      help="comma-separated kernels for the VM tests (default 6.1,6.12)")
     parser.addoption("--no-vm", action="store_true",
                      help="skip the tests that boot kernels under QEMU")
-    parser.addoption("--blktests", action="store_true",
-                     help="also run blktests' scheduler-relevant block tests "
-                          "(tests/test_blktests.py, one boot per kernel); off by default "
-                          "until their running time under TCG is known to fit CI")
+    parser.addoption("--no-blktests", action="store_true",
+                     help="skip blktests' block tests (tests/test_blktests.py)")

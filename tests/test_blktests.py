@@ -6,9 +6,8 @@ failed the same way with prism unloaded (not prism's failure; the case
 then says so); tests the kernel or the VM cannot run are skipped with
 blktests' reason. The whole block group: prism blktests --tests block.
 
-Run with --blktests (not by default yet: the first boot under TCG spent
-minutes in block/001 alone, and CI must stay within 40 minutes). Skipped,
-with how to get blktests, when its snapshot is absent.
+About five minutes per kernel under TCG; --no-blktests leaves them out.
+Skipped, with how to get blktests, when its snapshot is absent.
 """
 
 import argparse
@@ -29,9 +28,8 @@ def pytest_generate_tests(metafunc):
 def blktests_boot(kernel, request):
     if request.config.getoption("--no-vm"):
         pytest.skip("--no-vm")
-    if not request.config.getoption("--blktests"):
-        pytest.skip("blktests run with --blktests (not yet in CI: its running time "
-                    "under TCG is being measured)")
+    if request.config.getoption("--no-blktests"):
+        pytest.skip("--no-blktests")
     try:
         blktests.source()
     except blktests.Missing as e:
