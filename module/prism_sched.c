@@ -121,6 +121,12 @@ struct prism_tun_rcu {
 
 struct prism_data {
 	spinlock_t lock;
+	/*
+	 * Requests on any FIFO or the dispatch list: has_work(), which the
+	 * core calls several times per request, reads this one word instead
+	 * of seven list heads spread over the tiers.
+	 */
+	u32 nr_queued;
 	struct list_head dispatch;	/* at-head inserts and requeues */
 	struct prism_tier_queue tier[PRISM_NR_TIERS];
 	struct prism_batch batch;
@@ -238,6 +244,7 @@ static void prism_remove_request(struct prism_data *pd,
 			tq->queued_head--;
 		else
 			tq->queued[dir]--;
+		WRITE_ONCE(pd->nr_queued, pd->nr_queued - 1);
 	}
 	prism_rq_set_state(rq, st & ~(PRISM_RQ_QUEUED | PRISM_RQ_AT_HEAD |
 				      PRISM_RQ_SORTED | PRISM_RQ_HASHED));
@@ -300,13 +307,18 @@ static unsigned long prism_first_insert(struct prism_data *pd,
 	}
 
 	if (id) {
-		struct prism_stream *s = &pd->streams[prism_stream_slot(id)];
+		u32 *recent = &pd->recent[prism_recent_slot(id)];
+		u32 key = prism_recent_key(id, tier);
 
-		if (prism_stream_update(s, id, blk_rq_pos(rq),
-					blk_rq_sectors(rq), t->seq_gap))
+		/* The detector only matters to batches in sector order. */
+		if (pd->sorted &&
+		    prism_stream_update(&pd->streams[prism_stream_slot(id)], id,
+					blk_rq_pos(rq), blk_rq_sectors(rq),
+					t->seq_gap))
 			st |= PRISM_RQ_SEQ;
-		WRITE_ONCE(pd->recent[prism_recent_slot(id)],
-			   prism_recent_key(id, tier));
+		/* Written only on a change: the line stays clean for readers. */
+		if (*recent != key)
+			WRITE_ONCE(*recent, key);
 	}
 	WRITE_ONCE(tq->inserted, tq->inserted + 1);
 	owned = tq->inserted - atomic64_read(&tq->completed);
@@ -364,12 +376,14 @@ static void prism_insert_request(struct prism_data *pd, struct request_queue *q,
 	if (at_head || requeue) {
 		list_add(&rq->queuelist, &pd->dispatch);
 		tq->queued_head++;
+		WRITE_ONCE(pd->nr_queued, pd->nr_queued + 1);
 		st |= PRISM_RQ_QUEUED | PRISM_RQ_AT_HEAD;
 		prism_rq_set_state(rq, st);
 		return;
 	}
 	list_add_tail(&rq->queuelist, &tq->fifo[prism_rq_dir(rq)]);
 	tq->queued[prism_rq_dir(rq)]++;
+	WRITE_ONCE(pd->nr_queued, pd->nr_queued + 1);
 	st |= PRISM_RQ_QUEUED;
 	prism_rq_set_state(rq, st);
 	if (pd->sorted)
@@ -512,15 +526,8 @@ unlock:
 static bool prism_has_work(struct blk_mq_hw_ctx *hctx)
 {
 	struct prism_data *pd = hctx->queue->elevator->elevator_data;
-	int t;
 
-	if (!list_empty_careful(&pd->dispatch))
-		return true;
-	for (t = 0; t < PRISM_NR_TIERS; t++)
-		if (!list_empty_careful(&pd->tier[t].fifo[PRISM_READ]) ||
-		    !list_empty_careful(&pd->tier[t].fifo[PRISM_WRITE]))
-			return true;
-	return false;
+	return READ_ONCE(pd->nr_queued);
 }
 
 /* Whether a tier above @tier owns requests or completed one just now. */
@@ -560,6 +567,10 @@ static void prism_limit_depth(blk_opf_t opf, struct blk_mq_alloc_data *data)
 	enum prism_tier tier;
 	u32 pid = current->pid;
 	u32 depth;
+
+	/* Nothing above LOW is active: no allocation needs limiting. */
+	if (!prism_higher_active(pd, PRISM_LOW))
+		return;
 
 	rcu_read_lock();
 	t = &rcu_dereference(pd->tun)->t;
