@@ -59,17 +59,17 @@
  * Per-request state in rq->elv.priv[0]: flags and the tier, set when the
  * request first enters prism; prepare_request() clears it. priv[1] holds
  * the submitting thread's pid, recorded in prepare_request() where current
- * is the submitter. Tree and hash membership are tracked here and never
- * read from rq->rb_node or rq->hash: those share unions with fields the
- * driver and the completion path own (special_vec, ipi_list), so on a
- * request the driver gave back they may hold anything.
+ * is the submitter. Sort-tree membership is tracked here and never read
+ * from rq->rb_node, which shares a union with the driver's special_vec,
+ * so on a request the driver gave back it may hold anything. Hash
+ * membership is the core's RQF_HASHED flag (the core also hashes a request
+ * on its own after a back merge), which elv_rqhash_del() tests.
  */
 #define PRISM_RQ_SEEN		BIT(0)	/* counted as inserted once */
 #define PRISM_RQ_QUEUED		BIT(1)	/* on a FIFO or the dispatch list */
 #define PRISM_RQ_AT_HEAD	BIT(2)	/* on the dispatch list */
 #define PRISM_RQ_SEQ		BIT(3)	/* its stream looked sequential */
 #define PRISM_RQ_SORTED		BIT(4)	/* in its tier's sort tree */
-#define PRISM_RQ_HASHED		BIT(5)	/* in the merge hash */
 #define PRISM_RQ_DISPATCHED	BIT(6)	/* handed to the driver, not back yet */
 #define PRISM_RQ_FOREIGN	BIT(7)	/* never prepared: no finish_request */
 #define PRISM_RQ_TIER_SHIFT	8
@@ -234,8 +234,7 @@ static void prism_remove_request(struct prism_data *pd,
 	list_del_init(&rq->queuelist);
 	if (st & PRISM_RQ_SORTED)
 		elv_rb_del(&tq->sort[dir], rq);
-	if (st & PRISM_RQ_HASHED)
-		elv_rqhash_del(q, rq);
+	elv_rqhash_del(q, rq);		/* if RQF_HASHED */
 	if (q->last_merge == rq)
 		q->last_merge = NULL;
 
@@ -247,7 +246,7 @@ static void prism_remove_request(struct prism_data *pd,
 		WRITE_ONCE(pd->nr_queued, pd->nr_queued - 1);
 	}
 	prism_rq_set_state(rq, st & ~(PRISM_RQ_QUEUED | PRISM_RQ_AT_HEAD |
-				      PRISM_RQ_SORTED | PRISM_RQ_HASHED));
+				      PRISM_RQ_SORTED));
 }
 
 static void prism_sort_add(struct prism_tier_queue *tq, struct request *rq)
@@ -340,11 +339,7 @@ static void prism_insert_request(struct prism_data *pd, struct request_queue *q,
 	if (!prism_rq_prepared(rq))
 		st = 0;		/* stale: see prism_first_insert() */
 	if (st & PRISM_RQ_SEEN) {
-		/*
-		 * A requeue: it keeps its tier. The driver may have used the
-		 * tree and hash links (unions), so they are reset, and it is
-		 * never merged: the driver may have prepared it already.
-		 */
+		/* A requeue: it keeps its tier. */
 		requeue = true;
 		tq = &pd->tier[prism_rq_tier(rq)];
 		tq->requeued++;
@@ -352,13 +347,24 @@ static void prism_insert_request(struct prism_data *pd, struct request_queue *q,
 			atomic_dec(&tq->inflight);
 			st &= ~PRISM_RQ_DISPATCHED;
 		}
-		st &= ~(PRISM_RQ_QUEUED | PRISM_RQ_AT_HEAD | PRISM_RQ_SORTED |
-			PRISM_RQ_HASHED);
-		RB_CLEAR_NODE(&rq->rb_node);
-		INIT_HLIST_NODE(&rq->hash);
+		st &= ~(PRISM_RQ_QUEUED | PRISM_RQ_AT_HEAD | PRISM_RQ_SORTED);
 	} else {
 		st = prism_first_insert(pd, rq);
 		tq = &pd->tier[prism_rq_tier_of_state(st)];
+		/*
+		 * A foreign request only reaches insert through a driver
+		 * requeue (6.1 routes it past the elevator otherwise): treat it
+		 * as one.
+		 */
+		requeue = st & PRISM_RQ_FOREIGN;
+	}
+	if (requeue) {
+		/*
+		 * The driver may have used the tree link (a union with
+		 * special_vec), so it is reset, and a requeue is never merged
+		 * or hashed: the driver may have prepared it already.
+		 */
+		RB_CLEAR_NODE(&rq->rb_node);
 	}
 	prism_rq_set_state(rq, st);
 
@@ -394,16 +400,15 @@ static void prism_insert_request(struct prism_data *pd, struct request_queue *q,
 		 * discard merged into another without requests_merged(), so a
 		 * queued discard found by the hash as the middle of a chain
 		 * of insert merges would be freed while still on a FIFO.
-		 * A discard merged at insert through last_merge is always the
-		 * new request, which is on no list.
+		 * Nor do they become last_merge: should their queue lose
+		 * multi-range discard meanwhile, the core would back-merge
+		 * into one and hash it itself.
 		 */
 		if (!blk_discard_mergable(rq)) {
 			elv_rqhash_add(q, rq);
-			prism_rq_set_state(rq, prism_rq_state(rq) |
-					   PRISM_RQ_HASHED);
+			if (!q->last_merge)
+				q->last_merge = rq;
 		}
-		if (!q->last_merge)
-			q->last_merge = rq;
 	}
 }
 
@@ -636,7 +641,7 @@ static int prism_request_merge(struct request_queue *q, struct request **rq,
 	sector_t sector = bio_end_sector(bio);
 	struct request *__rq;
 
-	if (!pd->front_merges)
+	if (!READ_ONCE(pd->front_merges))
 		return ELEVATOR_NO_MERGE;
 
 	/* Front merges need the sort tree, kept only in sector order. */
@@ -655,6 +660,8 @@ static void prism_request_merged(struct request_queue *q, struct request *req,
 {
 	struct prism_data *pd = q->elevator->elevator_data;
 	struct prism_tier_queue *tq = &pd->tier[prism_rq_tier(req)];
+
+	lockdep_assert_held(&pd->lock);
 
 	/* A front merge moved the start sector: re-sort. */
 	if (type == ELEVATOR_FRONT_MERGE &&
