@@ -142,7 +142,9 @@ def skip_reasons(output: str) -> dict[str, str]:
             current = m.group(1)
             out[current] = ""
         elif current and line.startswith("    ") and line.strip():
-            out[current] = "; ".join(filter(None, [out[current], line.strip()]))
+            # Skip the measurement lines ("runtime  ...  1.0s").
+            if "..." not in line:
+                out[current] = "; ".join(filter(None, [out[current], line.strip()]))
         else:
             current = None
     return out
