@@ -143,7 +143,6 @@ struct prism_data {
 	struct prism_tun_rcu __rcu *tun;
 	int front_merges;
 	int sort_mode;
-	u64 corrupt_tier;	/* requests whose tier bits were invalid */
 };
 
 static inline unsigned long prism_rq_state(struct request *rq)
@@ -160,23 +159,19 @@ static inline enum prism_tier prism_rq_tier_of_state(unsigned long st)
 {
 	unsigned long tier = (st & PRISM_RQ_TIER_MASK) >> PRISM_RQ_TIER_SHIFT;
 
-	return tier < PRISM_NR_TIERS ? tier : PRISM_NORMAL;
-}
-
-static inline enum prism_tier prism_rq_tier(struct request *rq)
-{
-	unsigned long tier;
-
-	tier = (prism_rq_state(rq) & PRISM_RQ_TIER_MASK) >> PRISM_RQ_TIER_SHIFT;
 	/*
 	 * Two bits hold three tiers; prism only ever writes 0-2, so a 3 means
 	 * the state was overwritten. Never index past the array, and say so.
 	 */
 	if (WARN_ONCE(tier >= PRISM_NR_TIERS,
-		      "prism: request state %#lx has no valid tier\n",
-		      prism_rq_state(rq)))
+		      "prism: request state %#lx has no valid tier\n", st))
 		return PRISM_NORMAL;
 	return tier;
+}
+
+static inline enum prism_tier prism_rq_tier(struct request *rq)
+{
+	return prism_rq_tier_of_state(prism_rq_state(rq));
 }
 
 /* The tunables, for a caller holding prism_data.lock. */
@@ -535,24 +530,17 @@ static bool prism_has_work(struct blk_mq_hw_ctx *hctx)
 	return READ_ONCE(pd->nr_queued);
 }
 
-/* Whether a tier above @tier owns requests or completed one just now. */
-static bool prism_higher_active(struct prism_data *pd, enum prism_tier tier)
+/* Whether @tier owns requests or completed one just now; lockless. */
+static bool prism_tier_active_now(struct prism_data *pd, enum prism_tier tier,
+				  unsigned long now)
 {
-	unsigned long now = jiffies;
-	int t;
+	struct prism_tier_queue *tq = &pd->tier[tier];
+	u64 owned = READ_ONCE(tq->inserted) - atomic64_read(&tq->completed);
 
-	for (t = 0; t < tier; t++) {
-		struct prism_tier_queue *tq = &pd->tier[t];
-		u64 owned = READ_ONCE(tq->inserted) -
-			    atomic64_read(&tq->completed);
-
-		/* A completion may be counted before its insert is seen. */
-		if ((s64)owned < 0)
-			owned = 0;
-		if (prism_tier_active(owned, READ_ONCE(tq->last_done), now, HZ))
-			return true;
-	}
-	return false;
+	/* A completion may be counted before its insert is seen. */
+	if ((s64)owned < 0)
+		owned = 0;
+	return prism_tier_active(owned, READ_ONCE(tq->last_done), now, HZ);
 }
 
 /*
@@ -571,18 +559,22 @@ static void prism_limit_depth(blk_opf_t opf, struct blk_mq_alloc_data *data)
 	const struct prism_tunables *t;
 	enum prism_tier tier;
 	u32 pid = current->pid;
+	unsigned long now = jiffies;
+	bool high_active, normal_active;
 	u32 depth;
 
+	high_active = prism_tier_active_now(pd, PRISM_HIGH, now);
+	normal_active = prism_tier_active_now(pd, PRISM_NORMAL, now);
 	/* Nothing above LOW is active: no allocation needs limiting. */
-	if (!prism_higher_active(pd, PRISM_LOW))
+	if (!high_active && !normal_active)
 		return;
 
 	rcu_read_lock();
 	t = &rcu_dereference(pd->tun)->t;
 	tier = prism_alloc_tier(READ_ONCE(pd->recent[prism_recent_slot(pid)]),
 				pid, prism_tier_of(t, get_current_ioprio()));
-	depth = tier == PRISM_HIGH ? 0 :
-		prism_alloc_depth(tier, prism_higher_active(pd, tier), nr, t);
+	depth = prism_alloc_depth(tier, high_active ||
+				  (tier == PRISM_LOW && normal_active), nr, t);
 	rcu_read_unlock();
 
 	if (depth)
