@@ -9,6 +9,7 @@ Run in the guest as: python3 -m prism.selftest --out results.json
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
@@ -126,25 +127,36 @@ def run_verify(dev: str, size_mb: int, tag: str, runtime: int | None = None) -> 
     return {"jobs": jobs, "errors": sum(j["error"] for j in jobs.values())}
 
 
-def check_verify(ctx, devkey: str) -> dict:
-    dev = ctx[devkey]
-    g.set_scheduler(dev, "prism")
-    # Exercise the sort-mode switch (tree rebuild) while I/O runs.
+@contextlib.contextmanager
+def repeating(period: float, action):
+    """Run action(tick) (tick = 1, 2, ...) every @period seconds in a
+    thread while the with-block runs; yields the list the results (each
+    call returns a list) are gathered into. The thread has stopped when
+    the block is left."""
     stop = threading.Event()
-    flips = []
+    results: list = []
 
-    def flip():
-        mode = 1
-        while not stop.wait(0.5):
-            flips.append(g.write_tunable(dev, "sort_mode", mode))
-            mode = 3 - mode
-    t = threading.Thread(target=flip)
+    def loop():
+        tick = 0
+        while not stop.wait(period):
+            tick += 1
+            results.extend(action(tick))
+    t = threading.Thread(target=loop)
     t.start()
     try:
-        res = run_verify(dev, ctx["size_mb"][devkey], devkey)
+        yield results
     finally:
         stop.set()
         t.join()
+
+
+def check_verify(ctx, devkey: str) -> dict:
+    dev = ctx[devkey]
+    g.set_scheduler(dev, "prism")
+    # Exercise the sort-mode switch (tree rebuild) while I/O runs: 1, 2, 1...
+    with repeating(0.5, lambda tick: [g.write_tunable(dev, "sort_mode",
+                                                      1 + (tick - 1) % 2)]) as flips:
+        res = run_verify(dev, ctx["size_mb"][devkey], devkey)
     g.write_tunable(dev, "sort_mode", 0)
     books = conservation(dev)
     tiers = books["tiers"]
@@ -506,15 +518,10 @@ def check_mapping_flips(ctx) -> dict:
     # Sector order: merges find their neighbours through the sort trees too.
     g.set_scheduler(dev, "prism", {"sort_mode": 1})
     g.write_queue(dev, "nr_requests", SCHED_TAGS)
-    stop = threading.Event()
-    flips = []
 
-    def flip():
-        i = 0
-        while not stop.wait(0.01):
-            i += 1
-            flips.append(g.write_tunable(dev, "be_high_max", 1 + i % 2))
-            flips.append(g.write_tunable(dev, "be_low_min", 6 + i % 2))
+    def flip(tick):
+        return [g.write_tunable(dev, "be_high_max", 1 + tick % 2),
+                g.write_tunable(dev, "be_low_min", 6 + tick % 2)]
     args = ["--direct=1", "--ioengine=libaio", "--runtime=8", "--time_based=1",
             "--group_reporting=0", f"--filename=/dev/{dev}", "--rw=randwrite",
             "--bs=4k", "--size=256k", "--norandommap=1", "--iodepth=32",
@@ -522,13 +529,8 @@ def check_mapping_flips(ctx) -> dict:
     for i, level in enumerate((1, 2, 6, 7)):
         args += [f"--name=be{level}", "--prioclass=2", f"--prio={level}",
                  f"--offset={i * 64}M"]
-    t = threading.Thread(target=flip)
-    t.start()
-    try:
+    with repeating(0.01, flip) as flips:
         rep = g.fio(args=args, timeout=300)
-    finally:
-        stop.set()
-        t.join()
     books = conservation(dev)
     tiers = books["tiers"]
     merged = sum(tt["merged"] for tt in tiers.values())
@@ -722,26 +724,16 @@ def check_queue_changes_under_load(ctx) -> dict:
     arrival order): no verify error, books balanced."""
     dev = ctx["nullb_verify"]
     g.set_scheduler(dev, "prism")
-    stop = threading.Event()
-    changes = []
 
-    def change():
-        i = 0
-        while not stop.wait(0.3):
-            i += 1
-            try:
-                g.write_queue(dev, "nr_requests", (4, 16, 64, 256)[i % 4])
-                g.write_queue(dev, "rotational", i % 2)
-                changes.append(0)
-            except OSError as e:
-                changes.append(e.errno)
-    t = threading.Thread(target=change)
-    t.start()
-    try:
+    def change(tick):
+        try:
+            g.write_queue(dev, "nr_requests", (4, 16, 64, 256)[tick % 4])
+            g.write_queue(dev, "rotational", tick % 2)
+            return [0]
+        except OSError as e:
+            return [e.errno]
+    with repeating(0.3, change) as changes:
         res = run_verify(dev, ctx["size_mb"]["nullb_verify"], "queue-changes", runtime=8)
-    finally:
-        stop.set()
-        t.join()
     g.write_queue(dev, "rotational", 0)
     books = conservation(dev)
     g.set_scheduler(dev, "none")

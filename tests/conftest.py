@@ -13,3 +13,12 @@ def pytest_addoption(parser):
                      help="skip the tests that boot kernels under QEMU")
     parser.addoption("--no-blktests", action="store_true",
                      help="skip blktests' block tests (tests/test_blktests.py)")
+
+
+def pytest_generate_tests(metafunc):
+    """A test or fixture taking "kernel" runs once per --kernels series
+    (the VM suites: test_vm.py, test_blktests.py)."""
+    if "kernel" in metafunc.fixturenames:
+        series = [s.strip() for s in metafunc.config.getoption("--kernels").split(",")
+                  if s.strip()]
+        metafunc.parametrize("kernel", series, scope="session")

@@ -17,13 +17,6 @@ import pytest
 from prism import blktests, cli, kernels
 
 
-def pytest_generate_tests(metafunc):
-    if "kernel" in metafunc.fixturenames:
-        series = [s.strip() for s in metafunc.config.getoption("--kernels").split(",")
-                  if s.strip()]
-        metafunc.parametrize("kernel", series, scope="session")
-
-
 @pytest.fixture(scope="session")
 def blktests_boot(kernel, request):
     if request.config.getoption("--no-vm"):

@@ -15,13 +15,6 @@ from prism import build, cli, diskmodel, kernels, selftest, vm
 CHECK_NAMES = ["setup"] + [name for name, _ in selftest.CHECKS]
 
 
-def pytest_generate_tests(metafunc):
-    if "kernel" in metafunc.fixturenames:
-        series = [s.strip() for s in metafunc.config.getoption("--kernels").split(",")
-                  if s.strip()]
-        metafunc.parametrize("kernel", series, scope="session")
-
-
 @pytest.fixture(scope="session")
 def boot(kernel, request):
     if request.config.getoption("--no-vm"):
