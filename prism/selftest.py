@@ -54,9 +54,13 @@ def books_balanced(tiers: dict) -> bool:
 
 def conservation(dev: str) -> dict:
     """prism's books on an idle queue (see books_balanced). A request's
-    bios complete a moment before the core finishes the request, so an
-    unbalanced read is retried for up to a second."""
-    for _ in range(20):
+    bios complete a moment before the core finishes the request, and a
+    test that wrote the whole disk leaves udev probing it (random data can
+    look like a partition table, and on the emulated HDD each probe read
+    costs a seek): settle udev, then retry an unbalanced read for up to
+    ten seconds, which is still far below any hang."""
+    g.sh("udevadm settle --timeout=10", check=False)
+    for _ in range(200):
         tiers = g.prism_tiers(dev)
         if books_balanced(tiers):
             break
