@@ -14,7 +14,10 @@ results.json schema (version 1):
                       (stats.common_window); plus "isolation_ratio" for a
                       workload's high job]}],
    "summaries": [{"kernel", "workload", "scheduler", "job",
-                  "metrics": {name: {"n", "mean", "sd", "ci95", "min", "max"}}}]}
+                  "metrics": {name: {"n", "mean", "sd", "ci95", "min", "max"}}}],
+   "paired": [{"kernel", "workload", "job", "figure", "other", "n", "ratio",
+               "low", "high"}: prism over another scheduler, paired by
+              repetition (report.paired_ratios)]}
 Times are in microseconds, throughput in IOPS and KiB/s, CPU in percent
 of one CPU as fio reports it, device_util as a fraction of wall time.
 """
@@ -238,6 +241,7 @@ def report_md(out: Path, command: str, plan: dict, runs: list[dict],
                       "Mean ± 95% interval over the repetitions. Isolation: the job's figure "
                       "under interference over the same figure alone, same scheduler "
                       "(1.0 is perfect).", ""] + table
+        lines += paired_table(paired_ratios(runs, kernel))
     for kernel in sorted({s["kernel"] for s in summaries}):
         for workload in list(dict.fromkeys(s["workload"] for s in summaries)):
             rows = [s for s in summaries if s["kernel"] == kernel and s["workload"] == workload]
@@ -354,6 +358,65 @@ def overview_table(summaries: list[dict], kernel: str) -> list[str]:
              "|---|---|" + "---|" * len(scheds)] + out + [""])
 
 
+PAIRED_FIGURES = (("IOPS", "iops"), ("P99", "p99_us"))
+
+
+def paired_ratios(runs: list[dict], kernel: str, subject: str = "prism") -> list[dict]:
+    """@subject against every other scheduler, job by job, paired by
+    repetition (stats.paired_ratio): one record per workload, job, figure
+    and other scheduler."""
+    mine = [r for r in runs if r["kernel"] == kernel]
+    by = {(r["workload"], r["scheduler"], r["rep"]): {j["job"]: j for j in r["jobs"]}
+          for r in mine}
+    out = []
+    for workload in dict.fromkeys(r["workload"] for r in mine):
+        scheds = list(dict.fromkeys(r["scheduler"] for r in mine if r["workload"] == workload))
+        if subject not in scheds:
+            continue
+        reps = sorted({r["rep"] for r in mine if r["workload"] == workload})
+        jobs = list(dict.fromkeys(j["job"] for r in mine if r["workload"] == workload
+                                  and r["scheduler"] == subject for j in r["jobs"]))
+        for job in jobs:
+            for label, key in PAIRED_FIGURES:
+                for other in scheds:
+                    if other == subject:
+                        continue
+                    pairs = []
+                    for rep in reps:
+                        a = by.get((workload, subject, rep), {}).get(job, {}).get(key)
+                        b = by.get((workload, other, rep), {}).get(job, {}).get(key)
+                        if a is not None and b is not None:
+                            pairs.append((a, b))
+                    r = stats.paired_ratio(pairs)
+                    if r["n"]:
+                        out.append({"kernel": kernel, "workload": workload, "job": job,
+                                    "figure": label, "other": other, **r})
+    return out
+
+
+def paired_table(records: list[dict], subject: str = "prism") -> list[str]:
+    if not records:
+        return []
+    others = list(dict.fromkeys(r["other"] for r in records))
+    cells = {(r["workload"], r["job"], r["figure"], r["other"]): r for r in records}
+
+    def cell(r: dict | None) -> str:
+        if not r:
+            return "-"
+        if r["low"] is None:
+            return f"{r['ratio']:.2f}"
+        return f"{r['ratio']:.2f} ({r['low']:.2f}-{r['high']:.2f})"
+    lines = [f"{subject} over each other scheduler, repetition by repetition (geometric mean "
+             "of the per-repetition ratios, 95% interval in brackets; an interval that "
+             "excludes 1.00 is a difference beyond the noise between repetitions):", "",
+             "| workload | job | figure | " + " | ".join(f"vs {o}" for o in others) + " |",
+             "|---|---|---|" + "---|" * len(others)]
+    for key in dict.fromkeys((r["workload"], r["job"], r["figure"]) for r in records):
+        lines.append(f"| {key[0]} | {key[1]} | {key[2]} | "
+                     + " | ".join(cell(cells.get(key + (o,))) for o in others) + " |")
+    return lines + [""]
+
+
 def prio_label(job: dict) -> str:
     """A job's I/O priority as fio set it: RT0, BE4, IDLE; "-" if unset."""
     cls = {"1": "RT", "2": "BE", "3": "IDLE"}.get(str(job.get("prioclass")))
@@ -439,7 +502,9 @@ def write_all(out: Path, command: str, plan: dict, runs: list[dict]) -> list[dic
     summaries = summarize(runs)
     doc = {"schema": 1, "command": command,
            "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-           "plan": plan, "runs": runs, "summaries": summaries}
+           "plan": plan, "runs": runs, "summaries": summaries,
+           "paired": [p for k in dict.fromkeys(r["kernel"] for r in runs)
+                      for p in paired_ratios(runs, k)]}
     (out / "results.json").write_text(json.dumps(doc, indent=1))
     write_csv(out / "results.csv", runs)
     images = plots(out, runs, summaries)

@@ -10,24 +10,70 @@ import math
 import statistics
 from pathlib import Path
 
-# Two-sided 95% Student t quantiles by degrees of freedom; 1.96 past 30.
-_T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365,
-        8: 2.306, 9: 2.262, 10: 2.228, 11: 2.201, 12: 2.179, 13: 2.160,
-        14: 2.145, 15: 2.131, 16: 2.120, 17: 2.110, 18: 2.101, 19: 2.093,
-        20: 2.086, 25: 2.060, 30: 2.042}
-
 PERCENTILES = {"p50": "50.000000", "p95": "95.000000", "p99": "99.000000",
                "p99_9": "99.900000"}
 
 
-def t95(df: int) -> float:
+def _betacf(a: float, b: float, x: float) -> float:
+    """Continued fraction of the regularised incomplete beta function
+    (modified Lentz), as in Numerical Recipes' betacf."""
+    tiny = 1e-300
+    c, d = 1.0, 1.0 - (a + b) * x / (a + 1.0)
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    h = d
+    for m in range(1, 300):
+        m2 = 2 * m
+        for num in (m * (b - m) * x / ((a + m2 - 1.0) * (a + m2)),
+                    -(a + m) * (a + b + m) * x / ((a + m2) * (a + m2 + 1.0))):
+            d = 1.0 + num * d
+            d = 1.0 / (d if abs(d) > tiny else tiny)
+            c = 1.0 + num / c
+            c = c if abs(c) > tiny else tiny
+            h *= d * c
+        if abs(d * c - 1.0) < 1e-15:
+            break
+    return h
+
+
+def _betainc(a: float, b: float, x: float) -> float:
+    """Regularised incomplete beta I_x(a, b)."""
+    if x <= 0.0:
+        return 0.0
+    if x >= 1.0:
+        return 1.0
+    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b)
+                     + a * math.log(x) + b * math.log1p(-x))
+    if x < (a + 1.0) / (a + b + 2.0):
+        return front * _betacf(a, b, x) / a
+    return 1.0 - front * _betacf(b, a, 1.0 - x) / b
+
+
+def t_two_sided_tail(t: float, df: float) -> float:
+    """P(|T| > t) for Student's t with df degrees of freedom."""
+    return _betainc(df / 2.0, 0.5, df / (df + t * t))
+
+
+def t_quantile(level: float, df: int) -> float:
+    """The two-sided @level quantile of Student's t (t95 = level 0.95):
+    the t with P(|T| > t) = 1 - level, by bisection on the exact tail."""
     if df <= 0:
         return float("nan")
-    if df in _T95:
-        return _T95[df]
-    if df > 30:
-        return 1.96
-    return _T95[max(k for k in _T95 if k <= df)]
+    lo, hi = 0.0, 1.0
+    while t_two_sided_tail(hi, df) > 1.0 - level:
+        hi *= 2.0
+    for _ in range(200):
+        mid = (lo + hi) / 2.0
+        if t_two_sided_tail(mid, df) > 1.0 - level:
+            lo = mid
+        else:
+            hi = mid
+        if hi - lo < 1e-12:
+            break
+    return (lo + hi) / 2.0
+
+
+def t95(df: int) -> float:
+    return t_quantile(0.95, df)
 
 
 def summarize(values: list[float]) -> dict:
@@ -40,6 +86,26 @@ def summarize(values: list[float]) -> dict:
     sd = statistics.stdev(vals) if n > 1 else 0.0
     ci = t95(n - 1) * sd / math.sqrt(n) if n > 1 else None
     return {"n": n, "mean": mean, "sd": sd, "ci95": ci, "min": min(vals), "max": max(vals)}
+
+
+def paired_ratio(pairs: list[tuple[float, float]]) -> dict:
+    """The ratio a/b of two schedulers measured in the same repetitions
+    (each pair run back to back in one boot): the geometric mean of the
+    per-repetition ratios with a 95% interval from the t distribution of
+    their logarithms. Pairing cancels what drifts between repetitions
+    (the host's load under TCG), so this is far tighter than the ratio of
+    two means whose intervals overlap. Pairs with a non-positive side are
+    skipped."""
+    logs = [math.log(a / b) for a, b in pairs
+            if a is not None and b is not None and a > 0 and b > 0]
+    n = len(logs)
+    if n == 0:
+        return {"n": 0, "ratio": None, "low": None, "high": None}
+    mean = statistics.fmean(logs)
+    half = t95(n - 1) * statistics.stdev(logs) / math.sqrt(n) if n > 1 else float("nan")
+    return {"n": n, "ratio": math.exp(mean),
+            "low": math.exp(mean - half) if n > 1 else None,
+            "high": math.exp(mean + half) if n > 1 else None}
 
 
 def _merge_dirs(job: dict, key: str) -> dict:

@@ -99,7 +99,7 @@ def test_summarize_known_values():
     s = stats.summarize([1, 2, 3, 4, 5])
     assert s["n"] == 5 and s["mean"] == 3
     assert s["sd"] == pytest.approx(math.sqrt(2.5))
-    assert s["ci95"] == pytest.approx(2.776 * math.sqrt(2.5) / math.sqrt(5))
+    assert s["ci95"] == pytest.approx(stats.t95(4) * math.sqrt(2.5) / math.sqrt(5))
     one = stats.summarize([7.0])
     assert one["mean"] == 7.0 and one["sd"] == 0.0 and one["ci95"] is None
     assert stats.summarize([])["mean"] is None
@@ -107,16 +107,50 @@ def test_summarize_known_values():
 
 
 def test_t_quantiles():
-    assert stats.t95(4) == 2.776
-    assert stats.t95(22) == 2.086       # the next smaller tabulated df
-    assert stats.t95(100) == 1.96
+    # Exact quantiles (tables): no step to 1.96 past df 30.
+    for df, t in ((1, 12.706), (4, 2.776), (22, 2.074), (30, 2.042), (31, 2.040),
+                  (100, 1.984), (10000, 1.960)):
+        assert abs(stats.t95(df) - t) < 0.0015, (df, stats.t95(df))
+    assert abs(stats.t_quantile(0.99, 10) - 3.169) < 0.0015
     assert math.isnan(stats.t95(0))
+
+
+def test_paired_ratio_cancels_drift_between_repetitions():
+    # Both schedulers drift together by +-40% between repetitions; a is
+    # always 5% below b: the pairs say so tightly, the means could not.
+    drift = [1.0, 1.4, 0.6, 1.2, 0.8]
+    pairs = [(95.0 * d, 100.0 * d) for d in drift]
+    r = stats.paired_ratio(pairs)
+    assert r["n"] == 5 and r["ratio"] == pytest.approx(0.95)
+    assert r["low"] == pytest.approx(0.95) and r["high"] == pytest.approx(0.95)
+    noisy = stats.paired_ratio([(95.0, 100.0), (105.0, 100.0), (90.0, 100.0)])
+    assert noisy["low"] < noisy["ratio"] < noisy["high"]
+    assert noisy["low"] < 1.0 < noisy["high"]
+    assert stats.paired_ratio([(0.0, 1.0), (None, 2.0)])["n"] == 0
+    assert stats.paired_ratio([(2.0, 1.0)])["low"] is None
 
 
 def _fake_run(workload, sched, rep, p99s):
     return {"kernel": "6.12", "kernel_release": "6.12.x", "workload": workload,
             "scheduler": sched, "rep": rep, "device_util": 0.9, "wall_s": 1,
             "jobs": [{"job": j, "p99_us": v, "iops": 100.0} for j, v in p99s.items()]}
+
+
+def test_paired_ratios_match_repetitions_and_jobs():
+    runs = []
+    for rep, drift in enumerate([1.0, 2.0, 0.5]):
+        for sched, p99 in (("prism", 900 * drift), ("mq-deadline", 1000 * drift),
+                           ("none", 450 * drift)):
+            runs.append(_fake_run("w", sched, rep, {"a": p99}))
+    recs = report.paired_ratios(runs, "6.12")
+    p99 = {r["other"]: r for r in recs if r["figure"] == "P99"}
+    assert p99["mq-deadline"]["ratio"] == pytest.approx(0.9) and p99["mq-deadline"]["n"] == 3
+    assert p99["none"]["ratio"] == pytest.approx(2.0)
+    iops = [r for r in recs if r["figure"] == "IOPS"]
+    assert all(r["ratio"] == pytest.approx(1.0) for r in iops)
+    table = "\n".join(report.paired_table(recs))
+    assert "| w | a | P99 | 0.90 (0.90-0.90) | 2.00 (2.00-2.00) |" in table
+    assert report.paired_ratios([r for r in runs if r["scheduler"] != "prism"], "6.12") == []
 
 
 def test_isolation_ratio_against_same_scheduler_baseline():
