@@ -48,26 +48,6 @@ bool prism_tunables_valid(const struct prism_tunables *t)
 	       t->share[PRISM_LOW] <= PRISM_SHARE_MAX;
 }
 
-enum prism_tier prism_classify(unsigned int ioprio_class, unsigned int level,
-			       const struct prism_tunables *t)
-{
-	switch (ioprio_class) {
-	case PRISM_CLASS_RT:
-		return PRISM_HIGH;
-	case PRISM_CLASS_IDLE:
-		return PRISM_LOW;
-	case PRISM_CLASS_BE:
-		if ((int)level <= t->be_high_max)
-			return PRISM_HIGH;
-		if ((int)level >= t->be_low_min)
-			return PRISM_LOW;
-		return PRISM_NORMAL;
-	case PRISM_CLASS_NONE:
-	default:
-		return PRISM_NORMAL;
-	}
-}
-
 void prism_batch_reset(struct prism_batch *b)
 {
 	int tier;
@@ -342,16 +322,6 @@ bool prism_sorted(enum prism_sort_mode mode, bool rotational)
 	}
 }
 
-bool prism_tier_active(u64 owned, unsigned long last_done, unsigned long now,
-		       unsigned int hz)
-{
-	unsigned long window = (unsigned long)PRISM_ACTIVE_MS * hz / 1000;
-
-	if (owned)
-		return true;
-	return !prism_time_after_eq(now, last_done + (window ? window : 1));
-}
-
 /*
  * Scheduler tags an allocation for @tier may use, 0 for no limit. A limit
  * only protects a higher tier that is active; without one it would only
@@ -403,24 +373,4 @@ u32 prism_word_depth(u32 depth, u32 sb_depth, u32 shift)
 			d = beyond;
 	}
 	return d ? d : 1;
-}
-
-u32 prism_recent_slot(u32 pid)
-{
-	return (u32)(pid * 0x61C88647U) >> (32 - PRISM_RECENT_BITS);
-}
-
-/* pid_max is at most 2^22 (PID_MAX_LIMIT): two bits are left for a tier. */
-u32 prism_recent_key(u32 pid, enum prism_tier tier)
-{
-	return (pid << 2) | (u32)tier;
-}
-
-enum prism_tier prism_alloc_tier(u32 key, u32 pid, enum prism_tier fallback)
-{
-	u32 tier = key & 3;
-
-	if (!pid || key >> 2 != pid || tier >= PRISM_NR_TIERS)
-		return fallback;
-	return (enum prism_tier)tier;
 }

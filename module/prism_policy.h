@@ -137,8 +137,30 @@ static inline bool prism_time_after_eq(unsigned long a, unsigned long b)
 
 void prism_tunables_init(struct prism_tunables *t, unsigned int hz);
 
-enum prism_tier prism_classify(unsigned int ioprio_class, unsigned int level,
-			       const struct prism_tunables *t);
+/*
+ * The hot-path helpers below are inline: limit_depth() and insert run them
+ * for every request, and under a CPU-bound load each call shows.
+ */
+static inline enum prism_tier prism_classify(unsigned int ioprio_class,
+					     unsigned int level,
+					     const struct prism_tunables *t)
+{
+	switch (ioprio_class) {
+	case PRISM_CLASS_RT:
+		return PRISM_HIGH;
+	case PRISM_CLASS_IDLE:
+		return PRISM_LOW;
+	case PRISM_CLASS_BE:
+		if ((int)level <= t->be_high_max)
+			return PRISM_HIGH;
+		if ((int)level >= t->be_low_min)
+			return PRISM_LOW;
+		return PRISM_NORMAL;
+	case PRISM_CLASS_NONE:
+	default:
+		return PRISM_NORMAL;
+	}
+}
 
 bool prism_tunables_valid(const struct prism_tunables *t);
 
@@ -169,8 +191,15 @@ bool prism_sorted(enum prism_sort_mode mode, bool rotational);
  */
 #define PRISM_ACTIVE_MS		50
 
-bool prism_tier_active(u64 owned, unsigned long last_done, unsigned long now,
-		       unsigned int hz);
+static inline bool prism_tier_active(u64 owned, unsigned long last_done,
+				     unsigned long now, unsigned int hz)
+{
+	unsigned long window = (unsigned long)PRISM_ACTIVE_MS * hz / 1000;
+
+	if (owned)
+		return true;
+	return !prism_time_after_eq(now, last_done + (window ? window : 1));
+}
 
 u32 prism_alloc_depth(enum prism_tier tier, bool higher_active,
 		      u32 nr_requests, const struct prism_tunables *t);
@@ -190,8 +219,26 @@ u32 prism_word_depth(u32 depth, u32 sb_depth, u32 shift);
 #define PRISM_RECENT_BITS	8
 #define PRISM_NR_RECENT		(1U << PRISM_RECENT_BITS)
 
-u32 prism_recent_slot(u32 pid);
-u32 prism_recent_key(u32 pid, enum prism_tier tier);
-enum prism_tier prism_alloc_tier(u32 key, u32 pid, enum prism_tier fallback);
+static inline u32 prism_recent_slot(u32 pid)
+{
+	return (u32)(pid * 0x61C88647U) >> (32 - PRISM_RECENT_BITS);
+}
+
+/* pid_max is at most 2^22 (PID_MAX_LIMIT): two bits are left for a tier. */
+static inline u32 prism_recent_key(u32 pid, enum prism_tier tier)
+{
+	return (pid << 2) | (u32)tier;
+}
+
+/* The tier recorded for @pid in @key, or @fallback if the slot is another's. */
+static inline enum prism_tier prism_alloc_tier(u32 key, u32 pid,
+					       enum prism_tier fallback)
+{
+	u32 tier = key & 3;
+
+	if (!pid || key >> 2 != pid || tier >= PRISM_NR_TIERS)
+		return fallback;
+	return (enum prism_tier)tier;
+}
 
 #endif /* _PRISM_POLICY_H */

@@ -26,11 +26,15 @@
  * lockless reader always sees one whole, valid set.
  *
  * Books: a request that prism inserted is counted once in "inserted"
- * and once in "completed" by finish_request(), which the core runs for
- * every prepared request it frees, dispatched or merged away alike. That
- * holds whatever path the request takes (a multi-range discard merged at
- * insert is freed without requests_merged(), a driver requeue comes back
- * through insert), so inserted == completed whenever the queue is idle.
+ * and once by finish_request(), which the core runs for every prepared
+ * request it frees: in "completed" if prism dispatched it, in
+ * "merged_away" if it was merged into another first. That holds whatever
+ * path the request takes (a multi-range discard merged at insert is freed
+ * without requests_merged(), a driver requeue comes back through
+ * insert), so inserted == completed + merged_away whenever the queue is
+ * idle. In flight is "started" (dispatched, less requeued, under the
+ * lock) minus "completed": a completion costs one atomic, as in
+ * mq-deadline, and dispatch none.
  */
 #include <linux/kernel.h>
 #include <linux/blkdev.h>
@@ -97,8 +101,8 @@ struct prism_tier_queue {
 
 	/*
 	 * Statistics, under prism_data.lock except the atomics. inserted is
-	 * also read locklessly by limit_depth() (inserted - completed is what
-	 * the tier owns), so it is written with WRITE_ONCE.
+	 * also read locklessly by limit_depth() (see prism_owned()), so it is
+	 * written with WRITE_ONCE.
 	 */
 	u64 inserted;
 	u64 requeued;
@@ -109,8 +113,9 @@ struct prism_tier_queue {
 	u64 expired;
 	u64 foreign;		/* inserted but never prepared (6.1 requeues) */
 	u64 max_owned;		/* most requests owned at once */
-	atomic64_t completed;
-	atomic_t inflight;	/* dispatched, not yet completed or requeued */
+	u64 started;		/* prepared requests dispatched, less requeued */
+	atomic64_t completed;	/* finished after prism dispatched them */
+	atomic64_t merged_away;	/* finished without, merged into another */
 	unsigned long last_done;	/* jiffies of the last completion */
 };
 
@@ -184,6 +189,27 @@ static inline const struct prism_tunables *prism_tun(struct prism_data *pd)
 static inline enum prism_dir prism_rq_dir(struct request *rq)
 {
 	return rq_data_dir(rq) == WRITE ? PRISM_WRITE : PRISM_READ;
+}
+
+/*
+ * Requests @tq owns: inserted and not yet finished (queued, in flight, or
+ * merged away and about to be freed). Lockless: a finish may be seen
+ * before the insert that preceded it, so never below zero.
+ */
+static u64 prism_owned(struct prism_tier_queue *tq)
+{
+	s64 owned = READ_ONCE(tq->inserted) - atomic64_read(&tq->completed) -
+		    atomic64_read(&tq->merged_away);
+
+	return owned > 0 ? owned : 0;
+}
+
+/* Dispatched by prism and not yet completed or requeued. */
+static u64 prism_inflight(struct prism_tier_queue *tq)
+{
+	s64 inflight = READ_ONCE(tq->started) - atomic64_read(&tq->completed);
+
+	return inflight > 0 ? inflight : 0;
 }
 
 static enum prism_tier prism_tier_of(const struct prism_tunables *t,
@@ -315,7 +341,7 @@ static unsigned long prism_first_insert(struct prism_data *pd,
 			WRITE_ONCE(*recent, key);
 	}
 	WRITE_ONCE(tq->inserted, tq->inserted + 1);
-	owned = tq->inserted - atomic64_read(&tq->completed);
+	owned = prism_owned(tq);
 	if (owned > tq->max_owned)
 		tq->max_owned = owned;
 	return st | PRISM_RQ_SEEN;
@@ -339,7 +365,7 @@ static void prism_insert_request(struct prism_data *pd, struct request_queue *q,
 		tq = &pd->tier[prism_rq_tier(rq)];
 		tq->requeued++;
 		if (st & PRISM_RQ_DISPATCHED) {
-			atomic_dec(&tq->inflight);
+			WRITE_ONCE(tq->started, tq->started - 1);
 			st &= ~PRISM_RQ_DISPATCHED;
 		}
 		st &= ~(PRISM_RQ_QUEUED | PRISM_RQ_AT_HEAD | PRISM_RQ_SORTED);
@@ -512,7 +538,7 @@ found:
 		 */
 		prism_rq_set_state(rq, 0);
 	} else {
-		atomic_inc(&tq->inflight);
+		WRITE_ONCE(tq->started, tq->started + 1);
 		prism_rq_set_state(rq, st | PRISM_RQ_DISPATCHED);
 	}
 	pd->head_pos = blk_rq_pos(rq) + blk_rq_sectors(rq);
@@ -535,12 +561,9 @@ static bool prism_tier_active_now(struct prism_data *pd, enum prism_tier tier,
 				  unsigned long now)
 {
 	struct prism_tier_queue *tq = &pd->tier[tier];
-	u64 owned = READ_ONCE(tq->inserted) - atomic64_read(&tq->completed);
 
-	/* A completion may be counted before its insert is seen. */
-	if ((s64)owned < 0)
-		owned = 0;
-	return prism_tier_active(owned, READ_ONCE(tq->last_done), now, HZ);
+	return prism_tier_active(prism_owned(tq), READ_ONCE(tq->last_done),
+				 now, HZ);
 }
 
 /*
@@ -550,7 +573,9 @@ static bool prism_tier_active_now(struct prism_data *pd, enum prism_tier tier,
  * prism cannot see it. The tier is the one the allocating thread's last
  * request carried (see prism_alloc_tier()), else its own I/O priority's.
  * Runs locklessly: the tunables under RCU, the counters as atomics or
- * READ_ONCE.
+ * READ_ONCE. Ordered so that the common cases (nothing above LOW active;
+ * only NORMAL active and a NORMAL thread allocating) return after a few
+ * loads, since this runs for every request.
  */
 static void prism_limit_depth(blk_opf_t opf, struct blk_mq_alloc_data *data)
 {
@@ -560,21 +585,25 @@ static void prism_limit_depth(blk_opf_t opf, struct blk_mq_alloc_data *data)
 	enum prism_tier tier;
 	u32 pid = current->pid;
 	unsigned long now = jiffies;
-	bool high_active, normal_active;
+	bool high_active;
 	u32 depth;
 
 	high_active = prism_tier_active_now(pd, PRISM_HIGH, now);
-	normal_active = prism_tier_active_now(pd, PRISM_NORMAL, now);
 	/* Nothing above LOW is active: no allocation needs limiting. */
-	if (!high_active && !normal_active)
+	if (!high_active && !prism_tier_active_now(pd, PRISM_NORMAL, now))
+		return;
+	tier = prism_alloc_tier(READ_ONCE(pd->recent[prism_recent_slot(pid)]),
+				pid, PRISM_NR_TIERS);
+	/* Only NORMAL is active: only a LOW allocation is limited. */
+	if (!high_active && tier != PRISM_LOW && tier != PRISM_NR_TIERS)
 		return;
 
 	rcu_read_lock();
 	t = &rcu_dereference(pd->tun)->t;
-	tier = prism_alloc_tier(READ_ONCE(pd->recent[prism_recent_slot(pid)]),
-				pid, prism_tier_of(t, get_current_ioprio()));
-	depth = prism_alloc_depth(tier, high_active ||
-				  (tier == PRISM_LOW && normal_active), nr, t);
+	if (tier == PRISM_NR_TIERS)
+		tier = prism_tier_of(t, get_current_ioprio());
+	/* With HIGH inactive, NORMAL is the active tier above a LOW one. */
+	depth = prism_alloc_depth(tier, high_active || tier == PRISM_LOW, nr, t);
 	rcu_read_unlock();
 
 	if (depth)
@@ -614,8 +643,11 @@ static void prism_finish_request(struct request *rq)
 	if (!(st & PRISM_RQ_SEEN) || (st & PRISM_RQ_FOREIGN))
 		return;
 	tq = &pd->tier[prism_rq_tier(rq)];
-	if (st & PRISM_RQ_DISPATCHED)
-		atomic_dec(&tq->inflight);
+	if (!(st & PRISM_RQ_DISPATCHED)) {
+		atomic64_inc(&tq->merged_away);
+		prism_rq_set_state(rq, 0);
+		return;
+	}
 	atomic64_inc(&tq->completed);
 	/* One store per jiffy at most: this line is shared by completions. */
 	if (READ_ONCE(tq->last_done) != now)
@@ -736,7 +768,7 @@ static int prism_init_sched(struct request_queue *q, struct elevator_type *e)
 			pd->tier[t].sort[d] = RB_ROOT;
 		}
 		atomic64_set(&pd->tier[t].completed, 0);
-		atomic_set(&pd->tier[t].inflight, 0);
+		atomic64_set(&pd->tier[t].merged_away, 0);
 		pd->tier[t].last_done = jiffies - HZ;
 	}
 	prism_tunables_init(&tun->t, HZ);
@@ -766,13 +798,14 @@ static void prism_exit_sched(struct elevator_queue *e)
 		WARN_ON_ONCE(!list_empty(&tq->fifo[PRISM_READ]) ||
 			     !list_empty(&tq->fifo[PRISM_WRITE]));
 		/* Each request that entered left exactly once. */
-		WARN_ONCE(tq->inserted != atomic64_read(&tq->completed) ||
-			  atomic_read(&tq->inflight),
-			  "prism: tier %s: inserted %llu completed %lld in flight %d (requeued %llu dispatched %llu merged %llu)\n",
+		WARN_ONCE(tq->inserted != atomic64_read(&tq->completed) +
+			  atomic64_read(&tq->merged_away) ||
+			  tq->started != atomic64_read(&tq->completed),
+			  "prism: tier %s: inserted %llu completed %lld merged away %lld started %llu (requeued %llu dispatched %llu merged %llu)\n",
 			  prism_tier_name[t], tq->inserted,
 			  atomic64_read(&tq->completed),
-			  atomic_read(&tq->inflight), tq->requeued,
-			  tq->dispatched, tq->merged);
+			  atomic64_read(&tq->merged_away), tq->started,
+			  tq->requeued, tq->dispatched, tq->merged);
 	}
 	spin_unlock(&pd->lock);
 	/* The queue is frozen: no limit_depth() can be reading them. */
@@ -1026,24 +1059,26 @@ static int prism_tiers_show(void *data, struct seq_file *m)
 	int t;
 
 	/*
-	 * owned: inserted and not completed (queued, in flight, or merged
-	 * away and about to be freed); max_owned its high-water mark, which
-	 * the tag reserve bounds; foreign: inserted without being prepared.
+	 * completed: every finished request, dispatched or merged away, so
+	 * that inserted == completed on an idle queue; owned: see
+	 * prism_owned(); max_owned its high-water mark, which the tag reserve
+	 * bounds; foreign: inserted without being prepared.
 	 */
 	seq_puts(m, "tier queued inserted requeued dispatched merged aged shared expired completed inflight owned max_owned foreign\n");
 	spin_lock(&pd->lock);
 	for (t = 0; t < PRISM_NR_TIERS; t++) {
 		struct prism_tier_queue *tq = &pd->tier[t];
-		s64 completed = atomic64_read(&tq->completed);
+		s64 completed = atomic64_read(&tq->completed) +
+				atomic64_read(&tq->merged_away);
 
-		seq_printf(m, "%s %u %llu %llu %llu %llu %llu %llu %llu %lld %d %lld %llu %llu\n",
+		seq_printf(m, "%s %u %llu %llu %llu %llu %llu %llu %llu %lld %llu %llu %llu %llu\n",
 			   prism_tier_name[t],
 			   tq->queued[PRISM_READ] + tq->queued[PRISM_WRITE] +
 			   tq->queued_head,
 			   tq->inserted, tq->requeued, tq->dispatched,
 			   tq->merged, tq->aged, tq->shared, tq->expired,
-			   completed, atomic_read(&tq->inflight),
-			   (s64)tq->inserted - completed, tq->max_owned,
+			   completed, prism_inflight(tq), prism_owned(tq),
+			   tq->max_owned,
 			   tq->foreign);
 	}
 	spin_unlock(&pd->lock);
