@@ -15,7 +15,7 @@ import time
 import tomllib
 from pathlib import Path
 
-from . import build, diskmodel, kernels, report, stats, vm, workloads
+from . import build, diskmodel, kernels, pgbench, report, stats, vm, workloads
 from .benchrun import MODEL_PROFILES, NULLB_PROFILES, parse_scheduler
 from .guest import NVME_SERIAL, VIRTIO_SERIAL
 from .errors import PrismError
@@ -139,7 +139,7 @@ def check_real_device(path: str, force: bool) -> None:
 
 # --- running -----------------------------------------------------------
 
-def disk_profile(args) -> diskmodel.HddProfile | diskmodel.SsdProfile:
+def disk_profile(args) -> diskmodel.Profile:
     """The emulated drive's parameters: the profile's defaults, or the
     file given with --disk-params."""
     params = {}
@@ -180,6 +180,8 @@ def make_plan(args) -> dict:
     if args.device in MODEL_PROFILES:
         # Recorded with the results: what the emulated drive was.
         plan["disk_params"] = dataclasses.asdict(disk_profile(args))
+    if any(workloads.WORKLOADS[w].app == "pgbench" for w in plan["workloads"]):
+        plan["pgbench_scale"] = getattr(args, "pgbench_scale", pgbench.DEFAULT_SCALE)
     return plan
 
 
@@ -191,20 +193,36 @@ def validate(args) -> None:
     if not args.device.startswith("/") and args.device not in VM_PROFILES:
         raise PrismError(f"unknown device {args.device!r}: a profile ("
                          + ", ".join(VM_PROFILES) + ") or a /dev path")
+    apps = [w.name for w in workloads.get(args.workload) if w.app]
+    if apps and args.device in NULLB_PROFILES:
+        raise PrismError(f"{', '.join(apps)} need a device that keeps a database larger "
+                         f"than the guest's memory: not {args.device} (use hdd, hdd-ncq, "
+                         "cloud, ssd-model, virtio, nvme or a real device)")
+    if apps and getattr(args, "pgbench_scale", 1) < 1:
+        raise PrismError("--pgbench-scale must be at least 1")
     if getattr(args, "disk_params", None) and args.device not in MODEL_PROFILES:
         raise PrismError("--disk-params is for the emulated drives: "
                          + ", ".join(MODEL_PROFILES))
 
 
+def with_database(plan: dict) -> dict:
+    """The pgbench database image (built on the host, once per scale) for
+    a plan that runs pgbench."""
+    if "pgbench_scale" not in plan:
+        return plan
+    return dict(plan, pgbench_image=str(pgbench.image(plan["pgbench_scale"])))
+
+
 def run_in_vm(k: kernels.Kernel, plan: dict, args) -> tuple[Path, list[dict]]:
     ko = build.build(k)
     rundir = vm.new_rundir()
-    plan = dict(plan, ko=str(ko))
+    plan = dict(with_database(plan), ko=str(ko))
+    # File-backed disks are sparse: room for pgbench's database too.
     disks = []
     if plan["profile"] == "virtio":
-        disks = [vm.Disk(serial=VIRTIO_SERIAL, path=rundir / "virtio.img", size_mb=4096)]
+        disks = [vm.Disk(serial=VIRTIO_SERIAL, path=rundir / "virtio.img", size_mb=16384)]
     elif plan["profile"] == "nvme":
-        disks = [vm.NvmeDisk(serial=NVME_SERIAL, path=rundir / "nvme.img", size_mb=4096)]
+        disks = [vm.NvmeDisk(serial=NVME_SERIAL, path=rundir / "nvme.img", size_mb=16384)]
     elif plan["profile"] in MODEL_PROFILES:
         disk = vm.ModelDisk(disk_profile(args), rundir, trace=True)
         disks = [disk]
@@ -231,6 +249,7 @@ def run_in_vm(k: kernels.Kernel, plan: dict, args) -> tuple[Path, list[dict]]:
 
 def run_on_device(plan: dict, args) -> tuple[Path, list[dict]]:
     check_real_device(args.device, args.force)
+    plan = with_database(plan)
     out = Path(args.out) / "raw"
     planfile = Path(args.out) / "plan.json"
     planfile.write_text(json.dumps(plan, indent=1))

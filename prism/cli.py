@@ -22,7 +22,7 @@ import time
 import tomllib
 from pathlib import Path
 
-from . import bench, blktests, build, diskmodel, kernels, nbd, vm, workloads
+from . import bench, blktests, build, diskmodel, kernels, nbd, pgbench, vm, workloads
 from .errors import PrismError
 from .guest import NVME_SERIAL, VIRTIO_SERIAL
 
@@ -46,11 +46,20 @@ def selftest_disks(rundir: Path) -> list[vm.Disk | vm.ModelDisk]:
             vm.ModelDisk(diskmodel.HddProfile(), rundir, trace=True)]
 
 
+def cloud_check_disks(rundir: Path) -> list[vm.ModelDisk]:
+    """The cloud volume for selftest's cloud suite, in a boot of its own:
+    virtio_blk.queue_depth holds for every virtio disk, and the HDD of the
+    main suite needs 1 where the volume needs 64."""
+    return [vm.ModelDisk(diskmodel.CloudProfile(), rundir, trace=True)]
+
+
 def _disks(args, rundir: Path) -> list[vm.Disk | vm.ModelDisk]:
     if getattr(args, "disk_params", None) and args.device not in diskmodel.PROFILES:
         raise PrismError("--disk-params goes with --device " + " or ".join(diskmodel.PROFILES))
     if args.device == "selftest":
         return selftest_disks(rundir)
+    if args.device == "selftest-cloud":
+        return cloud_check_disks(rundir)
     if args.device == "virtio":
         return [vm.Disk(serial=VIRTIO_SERIAL, path=rundir / "virtio.img", size_mb=1024)]
     if args.device == "blktests":
@@ -125,9 +134,10 @@ def cmd_vm(args) -> int:
 def cmd_selftest(args) -> int:
     status = 0
     for k in _kernels(args.kernel):
-        args.device = "selftest"
+        args.device = "selftest" if args.suite == "main" else "selftest-cloud"
         only = f" --only {args.only}" if args.only else ""
-        res = _run_vm(k, f"python3 -m prism.selftest --out results.json{only}", args)
+        res = _run_vm(k, f"python3 -m prism.selftest --suite {args.suite} "
+                         f"--out results.json{only}", args)
         clean = _report_log(res)
         out = res.rundir / "results.json"
         results = json.loads(out.read_text()) if out.exists() else {}
@@ -307,11 +317,11 @@ def parser() -> argparse.ArgumentParser:
                         "virtio: attach a 1 GiB file-backed virtio disk, serial prism-virtio; "
                         "nvme: the same behind QEMU's NVMe controller (one queue per CPU, "
                         "multi-range discard), serial prism-nvme; "
-                        "hdd, ssd-model: attach the emulated drive (serial prism-hdd, "
-                        "prism-ssd-model), served from the host; its trace is "
+                        "hdd, hdd-ncq, ssd-model, cloud: attach that emulated drive "
+                        "(serial prism-NAME), served from the host; its trace is "
                         "disk-trace.csv in the run directory")
     p.add_argument("--disk-params", metavar="FILE",
-                   help="parameter file for hdd/ssd-model (see prism disk params)")
+                   help="parameter file for an emulated drive (see prism disk params)")
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD to run in the guest")
     p.set_defaults(func=cmd_vm)
 
@@ -326,6 +336,10 @@ def parser() -> argparse.ArgumentParser:
     p = sub.add_parser("selftest", help="run the in-VM check suite (one boot per kernel)")
     _vm_options(p)
     p.add_argument("--only", help="comma-separated check names")
+    p.add_argument("--suite", choices=("main", "cloud"), default="main",
+                   help="main (default): every check, on null_blk, virtio, NVMe and the "
+                        "emulated HDD; cloud: the cloud volume's checks, in a boot of its own "
+                        "(its queue depth cannot share a boot with the HDD's)")
     p.set_defaults(func=cmd_selftest)
 
     p = sub.add_parser("try", help="a short database+backup run on null_blk: none vs prism")
@@ -353,7 +367,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true",
                    help="run on a real device even if it is mounted or holds data")
     p.add_argument("--disk-params", metavar="FILE",
-                   help="parameter file for the hdd/ssd-model drives (see prism disk params)")
+                   help="parameter file for an emulated drive (see prism disk params)")
+    p.add_argument("--pgbench-scale", type=int, default=pgbench.DEFAULT_SCALE,
+                   help="pgbench's scale for the pgbench_* workloads (default "
+                        f"{pgbench.DEFAULT_SCALE}, about 3 GB: more than the guest caches); "
+                        "the database is built once per scale on the host")
     p.add_argument("--out", required=True, help="directory for the report")
     p.set_defaults(func=cmd_bench_run)
     p = bsub.add_parser("report", help="write a report again from its raw runs")
@@ -363,11 +381,11 @@ def parser() -> argparse.ArgumentParser:
     p = sub.add_parser("disk", help="the emulated drive: prism disk serve, prism disk params")
     dsub = p.add_subparsers(dest="disk_cmd", required=True)
     p = dsub.add_parser("serve", help="serve an emulated drive over NBD until interrupted",
-                        description="Serve the hdd or ssd-model drive model over NBD on a "
+                        description="Serve an emulated drive's model over NBD on a "
                                     "Unix socket; attach with QEMU as "
                                     "-drive file=nbd+unix:///?socket=PATH,format=raw,...")
     p.add_argument("--profile", choices=tuple(diskmodel.PROFILES),
-                   help="hdd (default) or ssd-model")
+                   help=", ".join(diskmodel.PROFILES) + " (default hdd)")
     p.add_argument("--params", metavar="FILE", help="parameter file (TOML; see prism disk params)")
     p.add_argument("--socket", required=True, help="Unix socket to listen on")
     p.add_argument("--backing", required=True,
@@ -377,7 +395,7 @@ def parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_disk_serve)
     p = dsub.add_parser("params", help="print a profile's parameter file")
     p.add_argument("--profile", choices=tuple(diskmodel.PROFILES),
-                   help="hdd (default) or ssd-model")
+                   help=", ".join(diskmodel.PROFILES) + " (default hdd)")
     p.add_argument("--params", metavar="FILE", help="start from this file instead")
     p.set_defaults(func=cmd_disk_params)
 

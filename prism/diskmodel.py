@@ -21,6 +21,12 @@ HDD (defaults: a 7200 rpm 3.5" SATA disk of about 1 TB):
   transfer (read-ahead, write-behind), as a streaming drive does.
 SSD: N channels, each serving one request at a time with a fixed read or
 program latency plus transfer; the channel is the least busy one.
+Cloud volume (defaults: a general-purpose provisioned network volume's
+baseline, 3,000 IOPS and 125 MiB/s): every command the volume accepts (up
+to its queue depth) is served at once, in a base latency plus a
+size-dependent transfer, as a network volume replicated behind a fast
+fabric behaves; its IOPS and bandwidth limits are token buckets metered
+by QEMU itself (throttling.*, see vm.ModelDisk), in front of the model.
 """
 
 from __future__ import annotations
@@ -49,6 +55,25 @@ class HddProfile:
     write_cache: bool = True
     write_cache_mb: float = 8.0     # dirty data the cache holds before writes go through
     interface_rate_mb: float = 600.0    # SATA 3: how fast a cached write is taken in
+
+
+@dataclasses.dataclass(frozen=True)
+class HddNcqProfile(HddProfile):
+    """The same disk with NCQ on, as a SATA disk behind AHCI: 32 commands
+    queued, the drive choosing among all of them."""
+    queue_depth: int = 32
+    ncq: int = 32
+
+
+@dataclasses.dataclass(frozen=True)
+class CloudProfile:
+    capacity_bytes: int = 100 * 2**30
+    iops_limit: int = 3000          # I/Os per second (QEMU throttling.iops-total)
+    bandwidth_mib: float = 125.0    # MiB/s (QEMU throttling.bps-total)
+    iops_size_kib: int = 256        # a larger I/O counts as several (throttling.iops-size)
+    latency_ms: float = 1.0         # base service time of any request
+    transfer_mb: float = 500.0      # MB/s of one request's transfer: the size-dependent part
+    queue_depth: int = 64
 
 
 @dataclasses.dataclass(frozen=True)
@@ -111,6 +136,7 @@ class SeekCurve:
 class HddModel:
     def __init__(self, profile: HddProfile = HddProfile()):
         p = self.profile = profile
+        self.parallel = 1       # one actuator
         self.rev = 60.0 / p.rpm
         # Sectors per track per zone, outer (zone 0) to inner.
         outer = p.outer_rate_mb * 1e6 * self.rev / SECTOR
@@ -213,6 +239,7 @@ class SsdModel:
     def __init__(self, profile: SsdProfile = SsdProfile()):
         self.profile = profile
         self.sectors = profile.capacity_bytes // SECTOR
+        self.parallel = profile.channels
         self.free_at = [0.0] * profile.channels
 
     def duration(self, nsect: int, write: bool) -> float:
@@ -231,11 +258,44 @@ class SsdModel:
         return start, end
 
 
+class CloudModel:
+    """Every accepted command in service at once (the volume's depth is
+    the only limit on parallelism); the rate limits are QEMU's."""
+
+    def __init__(self, profile: CloudProfile = CloudProfile()):
+        self.profile = profile
+        self.sectors = profile.capacity_bytes // SECTOR
+        self.parallel = profile.queue_depth
+
+    def duration(self, nsect: int, write: bool) -> float:
+        p = self.profile
+        return p.latency_ms / 1000 + nsect * SECTOR / (p.transfer_mb * 1e6)
+
+    def qemu_throttling(self) -> dict[str, int]:
+        """QEMU -drive throttling.* options metering the volume."""
+        p = self.profile
+        return {"iops-total": p.iops_limit,
+                "bps-total": int(p.bandwidth_mib * 2**20),
+                "iops-size": p.iops_size_kib * 1024}
+
+    def expected(self, bs: int, depth: int) -> tuple[float, float]:
+        """(IOPS, seconds per request) that fio should measure with
+        requests of @bs bytes at @depth on a fully busy volume: the least
+        of the depth-bound rate and the two limits."""
+        p = self.profile
+        per = self.duration(bs // SECTOR, False)
+        units = max(1, math.ceil(bs / (p.iops_size_kib * 1024)))
+        iops = min(depth / per, p.iops_limit / units, p.bandwidth_mib * 2**20 / bs)
+        return iops, per
+
+
 # The emulated devices by the names the CLI and the bench profiles use.
-PROFILES = {"hdd": HddProfile, "ssd-model": SsdProfile}
+PROFILES = {"hdd": HddProfile, "hdd-ncq": HddNcqProfile, "ssd-model": SsdProfile,
+            "cloud": CloudProfile}
+Profile = HddProfile | SsdProfile | CloudProfile
 
 
-def load_profile(name: str, params: dict | None = None) -> HddProfile | SsdProfile:
+def load_profile(name: str, params: dict | None = None) -> Profile:
     """Profile @name with the fields in @params (from a parameter file)
     in place of the defaults. ValueError says what is wrong."""
     if name not in PROFILES:
@@ -265,7 +325,7 @@ def load_profile(name: str, params: dict | None = None) -> HddProfile | SsdProfi
     return profile
 
 
-def _check(p: HddProfile | SsdProfile) -> None:
+def _check(p: Profile) -> None:
     for f in dataclasses.fields(p):
         val = getattr(p, f.name)
         if isinstance(val, bool) or f.name == "ncq":
@@ -282,12 +342,17 @@ def _check(p: HddProfile | SsdProfile) -> None:
             raise ValueError("inner_rate_mb must not exceed outer_rate_mb")
 
 
-def make_model(profile: HddProfile | SsdProfile) -> HddModel | SsdModel:
-    return HddModel(profile) if isinstance(profile, HddProfile) else SsdModel(profile)
+def make_model(profile: Profile) -> HddModel | SsdModel | CloudModel:
+    if isinstance(profile, HddProfile):
+        return HddModel(profile)
+    if isinstance(profile, CloudProfile):
+        return CloudModel(profile)
+    return SsdModel(profile)
 
 
-def profile_name(profile: HddProfile | SsdProfile) -> str:
-    return next(n for n, cls in PROFILES.items() if isinstance(profile, cls))
+def profile_name(profile: Profile) -> str:
+    # Exact type: hdd-ncq's profile is an HddProfile too.
+    return next(n for n, cls in PROFILES.items() if type(profile) is cls)
 
 
 PARAM_DOCS = {
@@ -312,10 +377,15 @@ PARAM_DOCS = {
     "read_us": "flash read latency per request",
     "program_us": "flash program (write) latency per request",
     "channel_rate_mb": "transfer rate of one channel, MB/s",
+    "iops_limit": "I/Os per second the volume allows (metered by QEMU)",
+    "bandwidth_mib": "MiB/s the volume allows (metered by QEMU)",
+    "iops_size_kib": "an I/O larger than this counts as several against iops_limit",
+    "latency_ms": "base service time of every request",
+    "transfer_mb": "MB/s of one request's transfer, the size-dependent part of its time",
 }
 
 
-def to_toml(profile: HddProfile | SsdProfile) -> str:
+def to_toml(profile: Profile) -> str:
     """A parameter file holding @profile, for `prism disk params`."""
     lines = ["# prism disk model parameters; edit and pass with --disk-params FILE",
              f'profile = "{profile_name(profile)}"']

@@ -10,6 +10,8 @@ clock, tests pass virtual time. The rules:
   order, or, with an NCQ window of N, the one among the N oldest queued
   whose transfer can start soonest (shortest positioning time first);
 - an SSD has N channels; a free channel takes the oldest queued command;
+  a cloud volume serves every command it accepted at once (one server
+  per queue slot);
 - an HDD write cache (when on, and not full) takes a write in at interface
   speed and completes it at once; the data goes to the media later, when
   the actuator has nothing queued or a FLUSH waits for it (a write-back
@@ -27,7 +29,7 @@ from __future__ import annotations
 import dataclasses
 import heapq
 
-from .diskmodel import SECTOR, HddModel, SsdModel
+from .diskmodel import SECTOR, CloudModel, HddModel, SsdModel
 
 READ, WRITE, FLUSH = "read", "write", "flush"
 
@@ -46,11 +48,11 @@ class Command:
 
 
 class Drive:
-    def __init__(self, model: HddModel | SsdModel):
+    def __init__(self, model: HddModel | SsdModel | CloudModel):
         self.model = model
         profile = model.profile
         self.hdd = isinstance(model, HddModel)
-        self.servers = [0.0] * (1 if self.hdd else profile.channels)  # free-at times
+        self.servers = [0.0] * model.parallel  # free-at times
         self.ncq = profile.ncq if self.hdd else 0
         self.cache_bytes = (int(profile.write_cache_mb * 2**20)
                             if self.hdd and profile.write_cache else 0)

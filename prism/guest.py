@@ -16,7 +16,8 @@ VIRTIO_SERIAL = "prism-virtio"
 # The serial of the file-backed disk behind QEMU's NVMe controller.
 NVME_SERIAL = "prism-nvme"
 # The emulated drives, by profile (prism.vm.ModelDisk attaches them).
-MODEL_SERIALS = {"hdd": "prism-hdd", "ssd-model": "prism-ssd-model"}
+MODEL_SERIALS = {"hdd": "prism-hdd", "hdd-ncq": "prism-hdd-ncq",
+                 "ssd-model": "prism-ssd-model", "cloud": "prism-cloud"}
 DEBUGFS = Path("/sys/kernel/debug")
 CONFIGFS = Path("/sys/kernel/config")
 

@@ -324,7 +324,7 @@ def raise_priority() -> str:
         return "normal priority (replies may leave late; see late_ms in the trace)"
 
 
-def serve(profile: diskmodel.HddProfile | diskmodel.SsdProfile, sock_path: Path,
+def serve(profile: diskmodel.Profile, sock_path: Path,
           backing: Path, trace: Path | None = None) -> None:
     drive = Drive(diskmodel.make_model(profile))
     server = Server(drive, backing, profile.capacity_bytes, sock_path, trace)

@@ -36,7 +36,8 @@ SUMMARY_METRICS = ("iops", "bw_kib", "lat_mean_us", "clat_mean_us", "p50_us",
                    "p95_us", "p99_us", "p99_9_us", "lat_max_us", "usr_cpu",
                    "sys_cpu", "min_iops_1s", "isolation_ratio", "share",
                    "share_dev", "share_mean_dev", "fsync_mean_us", "fsync_p50_us",
-                   "fsync_p99_us", "fsync_p99_9_us", "late_s", "window_s")
+                   "fsync_p99_us", "fsync_p99_9_us", "late_s", "window_s",
+                   "read_p50_us", "read_p99_us", "write_p50_us", "write_p99_us")
 
 
 def collect(raw: Path, kernel: str) -> list[dict]:
@@ -45,14 +46,18 @@ def collect(raw: Path, kernel: str) -> list[dict]:
     runs = []
     for meta in manifest["runs"]:
         rundir = raw / meta["dir"]
-        fio_json = json.loads((rundir / "fio.json").read_text())
         run = {k: meta[k] for k in ("workload", "scheduler", "rep", "device",
                                     "device_util", "cpu_all", "wall_s") if k in meta}
         run["kernel"] = kernel
         run["kernel_release"] = meta.get("kernel")
         if "prism_tiers" in meta:
             run["prism_tiers"] = meta["prism_tiers"]
-        run["jobs"] = stats.run_records(fio_json, rundir)
+        if (rundir / "jobs.json").exists():
+            # An application's run (prism.pgbench): its records are made in the guest.
+            run["jobs"] = json.loads((rundir / "jobs.json").read_text())
+        else:
+            run["jobs"] = stats.run_records(json.loads((rundir / "fio.json").read_text()),
+                                            rundir)
         trace = stats.trace_file(rundir)
         if trace:
             run["drive"] = stats.trace_summary(trace)
@@ -109,8 +114,11 @@ def summarize(runs: list[dict]) -> list[dict]:
                               []).append(j)
     out = []
     for (kernel, workload, sched, job), recs in groups.items():
+        # Per-priority figures of jobs that mix priorities (stats.job_record).
+        names = list(SUMMARY_METRICS) + sorted({k for x in recs for k in x
+                                                if k.startswith("prio_")})
         metrics = {m: stats.summarize([x.get(m) for x in recs if x.get(m) is not None])
-                   for m in SUMMARY_METRICS}
+                   for m in names}
         out.append({"kernel": kernel, "workload": workload, "scheduler": sched,
                     "job": job, "metrics": {k: v for k, v in metrics.items() if v["n"]}})
     return out
@@ -144,6 +152,41 @@ def _save(plt, fig, out: Path, name: str, made: list[str]) -> None:
     fig.savefig(out / name, dpi=90)
     plt.close(fig)
     made.append(name)
+
+
+def tradeoff_points(runs: list[dict], summaries: list[dict], kernel: str,
+                    workload: str) -> list[dict]:
+    """For a mix with a latency-sensitive and a bulk job: per scheduler
+    (and variant), the high job's isolation ratio (x, mean and 95%
+    interval) and the bulk job's throughput over none's in the same
+    repetitions (y, stats.paired_ratio). Empty without none in the runs
+    or without the two jobs."""
+    w = WORKLOADS.get(workload)
+    if not (w and w.high_job and w.low_job and w.baseline):
+        return []
+    mine = [r for r in runs if r["kernel"] == kernel and r["workload"] == workload]
+
+    def bw(sched: str, rep: int) -> float | None:
+        run = next((r for r in mine if r["scheduler"] == sched and r["rep"] == rep), None)
+        job = next((j for j in run["jobs"] if j["job"] == w.low_job), None) if run else None
+        return job.get("bw_kib") if job else None
+    if not any(r["scheduler"] == "none" for r in mine):
+        return []
+    out = []
+    for s in summaries:
+        if s["kernel"] != kernel or s["workload"] != workload or s["job"] != w.high_job:
+            continue
+        iso = s["metrics"].get("isolation_ratio")
+        reps = sorted({r["rep"] for r in mine if r["scheduler"] == s["scheduler"]})
+        frac = stats.paired_ratio([(bw(s["scheduler"], rep), bw("none", rep)) for rep in reps])
+        if not iso or iso.get("mean") is None or frac["ratio"] is None:
+            continue
+        half = iso.get("ci95") or 0.0
+        out.append({"scheduler": s["scheduler"], "x": iso["mean"], "x_low": iso["mean"] - half,
+                    "x_high": iso["mean"] + half, "y": frac["ratio"],
+                    "y_low": frac["low"] if frac["low"] is not None else frac["ratio"],
+                    "y_high": frac["high"] if frac["high"] is not None else frac["ratio"]})
+    return out
 
 
 def plots(out: Path, runs: list[dict], summaries: list[dict]) -> list[str]:
@@ -199,19 +242,41 @@ def plots(out: Path, runs: list[dict], summaries: list[dict]) -> list[str]:
                 ax.set_title(f"{workload} on {kernel}: shares by BE level")
                 ax.legend(fontsize=8)
                 _save(plt, fig, out, f"{kernel}-{workload}-shares.png", made)
+            points = tradeoff_points(runs, summaries, kernel, workload)
+            if points:
+                fig, ax = plt.subplots(figsize=(7, 5))
+                for p in points:
+                    ax.errorbar([p["x"]], [p["y"]], xerr=[[p["x"] - p["x_low"]],
+                                                          [p["x_high"] - p["x"]]],
+                                yerr=[[p["y"] - p["y_low"]], [p["y_high"] - p["y"]]],
+                                fmt="o", capsize=3, label=p["scheduler"])
+                    ax.annotate(p["scheduler"], (p["x"], p["y"]), textcoords="offset points",
+                                xytext=(5, 5), fontsize=8)
+                ax.axvline(1.0, color="grey", lw=0.5)
+                ax.axhline(1.0, color="grey", lw=0.5)
+                ax.set_xlabel(f"{w.high_job} P99 under load / alone (1 = perfect isolation)")
+                ax.set_ylabel(f"{w.low_job} throughput / under none")
+                ax.set_title(f"{workload} on {kernel}: protection against progress\n"
+                             "(best: left and high; 95% intervals)", fontsize=10)
+                _save(plt, fig, out, f"{kernel}-{workload}-tradeoff.png", made)
             job = w.high_job if w and w.high_job else jobs[0]
-            fig, ax = plt.subplots(figsize=(8, 4))
-            for sched in scheds:
-                run = next((r for r in runs if r["kernel"] == kernel and r["workload"] == workload
-                            and r["scheduler"] == sched and r["rep"] == 0), None)
-                rec = next((j for j in run["jobs"] if j["job"] == job), None) if run else None
-                series = rec.get("lat_series_us") if rec else None
-                if series:
-                    ax.plot([t for t, _ in series], [v / 1000 for _, v in series], label=sched)
-            ax.set_xlabel("time (s)")
-            ax.set_ylabel(f"{job} mean latency per second (ms)")
-            ax.set_title(f"{workload} on {kernel}: latency over time (first repetition)")
-            ax.legend(fontsize=8)
+            fig, axes = plt.subplots(1, 2, figsize=(14, 4))
+            for ax, key, what in ((axes[0], "lat_series_us", "mean latency"),
+                                  (axes[1], "clat_p99_series_us", "P99 completion latency")):
+                for sched in scheds:
+                    run = next((r for r in runs if r["kernel"] == kernel
+                                and r["workload"] == workload and r["scheduler"] == sched
+                                and r["rep"] == 0), None)
+                    rec = next((j for j in run["jobs"] if j["job"] == job), None) if run else None
+                    series = rec.get(key) if rec else None
+                    if series:
+                        ax.plot([t for t, _ in series], [v / 1000 for _, v in series],
+                                label=sched)
+                ax.set_xlabel("time (s)")
+                ax.set_ylabel(f"{job} {what} per second (ms)")
+                if ax.get_lines():
+                    ax.legend(fontsize=8)
+            fig.suptitle(f"{workload} on {kernel}: latency over time (first repetition)")
             _save(plt, fig, out, f"{kernel}-{workload}-latency.png", made)
     return made
 
@@ -250,15 +315,15 @@ def report_md(out: Path, command: str, plan: dict, runs: list[dict],
             w = WORKLOADS.get(workload)
             lines += [f"## {workload} ({kernel})", "",
                       (f"Seed {w.seed}: {w.description}." if w else ""), "",
-                      "| scheduler | job | class | IOPS | mean latency | P99 | P99.9 | sys CPU % "
-                      "| worst second IOPS | isolation (P99 / alone) |",
-                      "|---|---|---|---|---|---|---|---|---|---|"]
+                      "| scheduler | job | class | IOPS | MB/s | mean latency | P99 | P99.9 "
+                      "| sys CPU % | worst second IOPS | isolation (P99 / alone) |",
+                      "|---|---|---|---|---|---|---|---|---|---|---|"]
             classes = {j["job"]: prio_label(j) for r in runs if r["workload"] == workload
                        for j in r["jobs"]}
             for s in rows:
                 m = s["metrics"]
                 lines.append(f"| {s['scheduler']} | {s['job']} | {classes.get(s['job'], '-')} | "
-                             f"{_fmt(m.get('iops'))} | "
+                             f"{_fmt(m.get('iops'))} | {_fmt(m.get('bw_kib'), 1024, 1)} | "
                              f"{_fmt(m.get('lat_mean_us'), 1000, 2)} | "
                              f"{_fmt(m.get('p99_us'), 1000, 2)} | "
                              f"{_fmt(m.get('p99_9_us'), 1000, 2)} | "
@@ -266,6 +331,23 @@ def report_md(out: Path, command: str, plan: dict, runs: list[dict],
                              f"{_fmt(m.get('isolation_ratio'), 1, 2)} |")
             lines.append("")
             lines += late_lines(rows)
+            if w and w.app == "pgbench":
+                lines += pgbench_table(rows, w)
+            lines += prio_table(rows)
+            both = [s for s in rows if "read_p99_us" in s["metrics"]
+                    and "write_p99_us" in s["metrics"]]
+            if both:
+                lines += ["Jobs that read and write, each direction apart (the table above "
+                          "gives both together; latency in ms):", "",
+                          "| scheduler | job | read P50 | read P99 | write P50 | write P99 |",
+                          "|---|---|---|---|---|---|"]
+                for s in both:
+                    m = s["metrics"]
+                    lines.append(f"| {s['scheduler']} | {s['job']} | " + " | ".join(
+                        _fmt(m.get(k), 1000, 2) for k in ("read_p50_us", "read_p99_us",
+                                                          "write_p50_us", "write_p99_us"))
+                        + " |")
+                lines.append("")
             fsync_rows = [s for s in rows if "fsync_p99_us" in s["metrics"]]
             if fsync_rows:
                 lines += ["fsync latency (ms):", "",
@@ -301,6 +383,47 @@ def report_md(out: Path, command: str, plan: dict, runs: list[dict],
     text = "\n".join(lines)
     (out / "report.md").write_text(text)
     return text
+
+
+def prio_table(rows: list[dict]) -> list[str]:
+    """Jobs whose requests carry different priorities (fio cmdprio): each
+    priority's completions and percentiles, per scheduler."""
+    lines = []
+    for s in rows:
+        labels = sorted({k[len("prio_"):-len("_p99_us")] for k in s["metrics"]
+                         if k.startswith("prio_") and k.endswith("_p99_us")})
+        if len(labels) < 2:
+            continue
+        if not lines:
+            lines = ["Priorities within one job (fio's per-priority figures; latency in ms):",
+                     "", "| scheduler | job | priority | I/Os | P50 | P99 |",
+                     "|---|---|---|---|---|---|"]
+        m = s["metrics"]
+        for label in labels:
+            lines.append(f"| {s['scheduler']} | {s['job']} | {label} | "
+                         f"{_fmt(m.get(f'prio_{label}_ios'))} | "
+                         f"{_fmt(m.get(f'prio_{label}_p50_us'), 1000, 2)} | "
+                         f"{_fmt(m.get(f'prio_{label}_p99_us'), 1000, 2)} |")
+    return lines + [""] if lines else []
+
+
+def pgbench_table(rows: list[dict], w) -> list[str]:
+    """Transactions as pgbench logged them, one row per scheduler, with
+    what ran beside them."""
+    lines = ["Transactions (from pgbench's per-transaction log; latency in ms):", "",
+             "| scheduler | TPS | P50 | P95 | P99 | P99 / alone |"
+             + (f" {w.low_job} MB/s |" if w.low_job else ""),
+             "|---|---|---|---|---|---|" + ("---|" if w.low_job else "")]
+    for sched in dict.fromkeys(s["scheduler"] for s in rows):
+        mine = {s["job"]: s["metrics"] for s in rows if s["scheduler"] == sched}
+        m = mine.get("pgbench", {})
+        line = (f"| {sched} | {_fmt(m.get('iops'), 1, 1)} | "
+                + " | ".join(_fmt(m.get(k), 1000, 2) for k in ("p50_us", "p95_us", "p99_us"))
+                + f" | {_fmt(m.get('isolation_ratio'), 1, 2)} |")
+        if w.low_job:
+            line += f" {_fmt(mine.get(w.low_job, {}).get('bw_kib'), 1024, 1)} |"
+        lines.append(line)
+    return lines + [""]
 
 
 def late_lines(rows: list[dict], threshold_s: float = 0.5) -> list[str]:
@@ -464,7 +587,32 @@ def drive_table(runs: list[dict]) -> list[str]:
         lines.append(f"| {sched} | {col('ops_per_s', 1, 0)} | {col('service_ms_mean', 1, 2)} | "
                      f"{col('jump_mb_mean', 1, 1)} | {col('sequential_frac', 0.01, 0)} | "
                      f"{col('media_busy_frac', 0.01, 0)} | {col('late_ms_mean', 1, 3)} |")
-    return lines + [""]
+    return lines + [""] + lateness_lines(runs)
+
+
+LATE_FRACTION = 0.05
+
+
+def lateness_lines(runs: list[dict]) -> list[str]:
+    """The drive's server answers each command when the model says it
+    completes; a reply sent later than that (the host too busy to keep
+    time) means the model did not set the pace. Late by more than
+    LATE_FRACTION of the mean service time: the profile was not
+    device-bound in those runs, and the report says so."""
+    out = []
+    for sched in dict.fromkeys(r["scheduler"] for r in runs):
+        drives = [r["drive"] for r in runs if r["scheduler"] == sched
+                  and r["drive"].get("service_ms_mean")]
+        if not drives:
+            continue
+        late = stats.summarize([d.get("late_ms_mean") for d in drives])["mean"] or 0.0
+        service = stats.summarize([d["service_ms_mean"] for d in drives])["mean"]
+        if late > LATE_FRACTION * service:
+            out.append(f"- Under {sched} the drive's replies were {late:.3f} ms late on "
+                       f"average, {late / service:.0%} of its {service:.2f} ms mean service "
+                       "time: the host's server added that to every command, so these runs "
+                       "were not purely device-bound.")
+    return out + [""] if out else []
 
 
 def family_tables(summaries: list[dict]) -> list[str]:

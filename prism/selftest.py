@@ -201,6 +201,35 @@ def check_drive_hdd(ctx) -> dict:
             **res, **books}
 
 
+def check_drive_cloud(ctx) -> dict:
+    """The emulated cloud volume looks like a 64-deep non-rotational disk,
+    prism runs on it, data reads back intact; then, under none, the three
+    figures the host compares with the model's arithmetic
+    (tests/test_vm.py): depth-1 latency, and the IOPS and bandwidth QEMU's
+    meter lets through at depth."""
+    dev = ctx["cloud"]
+    q = g.SYS_BLOCK / dev / "queue"
+    rotational = q.joinpath("rotational").read_text().strip()
+    tags = int((g.SYS_BLOCK / dev / "mq" / "0" / "nr_tags").read_text())
+    g.set_scheduler(dev, "prism")
+    res = run_verify(dev, ctx["size_mb"]["cloud"], "cloud")
+    books = conservation(dev)
+    ok = rotational == "0" and tags == 64 and res["errors"] == 0 and books["balanced"]
+    g.set_scheduler(dev, "none")
+    figures = {}
+    for name, bs, depth in (("qd1", "4k", 1), ("iops", "4k", 64), ("bw", "1M", 16)):
+        rep = g.fio(args=[f"--name={name}", f"--filename=/dev/{dev}", "--direct=1",
+                          "--ioengine=libaio", "--rw=randread", f"--bs={bs}",
+                          f"--iodepth={depth}", "--runtime=6", "--ramp_time=1",
+                          "--time_based", "--randrepeat=0"], timeout=120)
+        figures[name] = job(rep, name)
+    return {"ok": ok, "device": dev, "rotational": rotational, "nr_tags": tags,
+            "qd1_lat_mean_us": figures["qd1"]["lat_mean_us"],
+            "randread_4k_qd64_iops": figures["iops"]["iops"],
+            "read_1m_qd16_mib_s": figures["bw"]["bw_kib"] / 1024,
+            **res, **books}
+
+
 def check_switch_under_load(ctx, devkey: str = "nullb_verify") -> dict:
     """50 switches among all schedulers while a verifying fio runs."""
     dev = ctx[devkey]
@@ -826,20 +855,35 @@ def setup() -> dict:
                         "nullb_discard": 256, "testblk": 256}}
 
 
+# The cloud volume's checks run in a boot of their own (cli.cloud_check_disks).
+CLOUD_CHECKS = [("drive_cloud", check_drive_cloud)]
+
+
+def setup_cloud() -> dict:
+    g.load_prism()
+    g.mount_debugfs()
+    return {"cloud": g.disk_by_serial(g.MODEL_SERIALS["cloud"]), "size_mb": {"cloud": 64}}
+
+
+SUITES = {"main": (setup, CHECKS), "cloud": (setup_cloud, CLOUD_CHECKS)}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python3 -m prism.selftest")
     ap.add_argument("--out", default="results.json")
     ap.add_argument("--only", help="comma-separated check names")
+    ap.add_argument("--suite", choices=tuple(SUITES), default="main")
     args = ap.parse_args(argv)
     only = set(args.only.split(",")) if args.only else None
+    setup_fn, checks = SUITES[args.suite]
     results = {}
     try:
-        ctx = setup()
+        ctx = setup_fn()
         results["setup"] = {"ok": True, **ctx}
     except Exception:
         results["setup"] = {"ok": False, "error": traceback.format_exc()}
         ctx = None
-    for name, fn in CHECKS:
+    for name, fn in checks:
         if ctx is None or (only and name not in only):
             continue
         g.log(f"check {name} ...")

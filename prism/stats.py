@@ -109,7 +109,13 @@ def paired_ratio(pairs: list[tuple[float, float]]) -> dict:
 
 
 def _merge_dirs(job: dict, key: str) -> dict:
-    """Latency stats of a job over reads and writes, weighted by count."""
+    """Latency stats of a job over reads and writes: fio's own "mixed"
+    figures where the job file asks for them (unified_rw_reporting=both:
+    exact percentiles over both directions), else weighted by count."""
+    mixed = job.get("mixed", {}).get(key, {})
+    if mixed.get("N"):
+        return {"N": mixed["N"], "mean": mixed["mean"], "max": mixed["max"],
+                "percentile": mixed.get("percentile", {})}
     parts = [job[d][key] for d in ("read", "write", "trim")
              if d in job and job[d].get(key, {}).get("N")]
     if not parts:
@@ -121,6 +127,14 @@ def _merge_dirs(job: dict, key: str) -> dict:
     main = max(parts, key=lambda p: p["N"])
     out["percentile"] = main.get("percentile", {})
     return out
+
+
+def prio_name(prioclass, prio) -> str:
+    """RT0, BE4, IDLE; "none" for requests without a priority."""
+    cls = {1: "RT", 2: "BE", 3: "IDLE"}.get(int(prioclass or 0))
+    if not cls:
+        return "none"
+    return cls if cls == "IDLE" else f"{cls}{int(prio or 0)}"
 
 
 def job_record(job: dict) -> dict:
@@ -153,6 +167,27 @@ def job_record(job: dict) -> dict:
         rec[f"{name}_us"] = v / 1000 if v is not None else None
     v = clat.get("percentile", {}).get(PERCENTILES["p99"]) if clat else None
     rec["clat_p99_us"] = v / 1000 if v is not None else None
+    # Priorities mixed inside the job (cmdprio): each one's figures apart.
+    for d in ("read", "write"):
+        for pr in job.get(d, {}).get("prios", []):
+            plat = pr.get("lat_ns") or pr.get("clat_ns") or {}
+            if not plat.get("N"):
+                continue
+            label = prio_name(pr.get("prioclass"), pr.get("prio"))
+            rec[f"prio_{label}_ios"] = rec.get(f"prio_{label}_ios", 0) + plat["N"]
+            for name in ("p50", "p99"):
+                v = plat.get("percentile", {}).get(PERCENTILES[name])
+                if v is not None:
+                    rec[f"prio_{label}_{name}_us"] = v / 1000
+    # Each direction on its own, for jobs that both read and write.
+    for d in ("read", "write"):
+        part = job.get(d, {})
+        dlat = part.get("lat_ns", {})
+        if not dlat.get("percentile"):
+            dlat = part.get("clat_ns", {})
+        if dlat.get("N") and dlat.get("percentile"):
+            for name in ("p50", "p99"):
+                rec[f"{d}_{name}_us"] = dlat["percentile"][PERCENTILES[name]] / 1000
     # fsync calls (fio's fsync=N): their own latency distribution.
     sync = job.get("sync", {})
     sync_lat = sync.get("lat_ns", {})
@@ -188,6 +223,88 @@ def per_second(points: list[tuple[float, float]], how: str) -> list[tuple[int, f
         vals = buckets[sec]
         rows.append((sec, sum(vals) if how == "sum" else statistics.fmean(vals)))
     return rows
+
+
+# fio's latency histogram (stat.h): bins in groups of 2^6, each group
+# twice as wide as the one before; values in nanoseconds.
+_PLAT_BITS = 6
+_PLAT_VAL = 1 << _PLAT_BITS
+
+
+def hist_bin_value(idx: int) -> float:
+    """The middle of fio histogram bin @idx, in ns (as fio's own
+    tools/hist/fiologparser_hist.py decodes it)."""
+    if idx < (_PLAT_VAL << 1):
+        return float(idx)
+    error_bits = (idx >> _PLAT_BITS) - 1
+    base = 1 << (error_bits + _PLAT_BITS)
+    k = idx % _PLAT_VAL
+    return base + (k + 0.5) * (1 << error_bits)
+
+
+def read_hist_log(path: Path) -> list[tuple[float, list[int]]]:
+    """(seconds, bin counts) per line of a fio --write_hist_log file
+    (log_hist_coarseness 0): each line counts the completions of one
+    interval and one direction."""
+    out = []
+    if not path.exists():
+        return out
+    for line in path.read_text().splitlines():
+        f = line.split(",")
+        if len(f) > 3 and f[0].strip().isdigit():
+            out.append((int(f[0]) / 1000.0, [int(x) for x in f[3:]]))
+    return out
+
+
+def hist_percentile(bins: list[int], pct: float) -> float | None:
+    """The @pct percentile (ns) of a histogram, None if it is empty."""
+    total = sum(bins)
+    if not total:
+        return None
+    rank = pct / 100.0 * total
+    seen = 0
+    for i, n in enumerate(bins):
+        seen += n
+        if seen >= rank:
+            return hist_bin_value(i)
+    return hist_bin_value(len(bins) - 1)
+
+
+def p99_per_second(entries: list[tuple[float, list[int]]]) -> list[tuple[int, float]]:
+    """Per whole second, the P99 of completion latency in us over every
+    direction and clone that logged in it."""
+    buckets: dict[int, list[int]] = {}
+    for t, bins in entries:
+        acc = buckets.setdefault(int(round(t)), [0] * len(bins))
+        for i, n in enumerate(bins):
+            acc[i] += n
+    out = []
+    for sec in sorted(buckets):
+        v = hist_percentile(buckets[sec], 99.0)
+        if v is not None:
+            out.append((sec, v / 1000))
+    return out
+
+
+P99_SERIES = "p99_series.json"
+
+
+def condense_hist_logs(fio_json: dict, rundir: Path) -> None:
+    """Replace a run's histogram logs (a few KB per job and second) by
+    P99_SERIES: each job's per-second completion-latency P99, its clones
+    merged bin by bin, as run_records numbers the logs."""
+    series = {}
+    first = 1
+    for job in fio_json["jobs"]:
+        clones = int(job.get("job options", {}).get("numjobs", 1))
+        paths = [rundir / f"log_clat_hist.{i}.log" for i in range(first, first + clones)]
+        first += clones
+        entries = [e for p in paths for e in read_hist_log(p)]
+        if entries:
+            series[job["jobname"]] = p99_per_second(entries)
+    (rundir / P99_SERIES).write_text(json.dumps(series))
+    for p in rundir.glob("log_clat_hist.*.log"):
+        p.unlink()
 
 
 def common_window(recs: list[dict]) -> None:
@@ -233,6 +350,11 @@ def run_records(fio_json: dict, rundir: Path | None = None) -> list[dict]:
                               for p in read_log(rundir / f"log_lat.{i}.log")], "mean")
             rec["iops_series"] = iops
             rec["lat_series_us"] = [(t, v / 1000) for t, v in lat]
+            p99 = rundir / P99_SERIES
+            if p99.exists():
+                series = json.loads(p99.read_text()).get(rec["job"])
+                if series:
+                    rec["clat_p99_series_us"] = [tuple(x) for x in series]
             # Starvation: the worst whole second of the run (not the last,
             # partial one) for this job.
             full = [v for _, v in iops[:-1]] if len(iops) > 1 else [v for _, v in iops]

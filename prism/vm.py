@@ -67,12 +67,12 @@ class NvmeDisk(Disk):
 
 @dataclasses.dataclass
 class ModelDisk:
-    """An emulated HDD or SSD: the guest sees a virtio disk, while a host
+    """An emulated HDD, SSD or cloud volume: the guest sees a virtio disk, while a host
     process (prism disk serve) answers its requests over NBD when the
     drive model says they complete, at the host's speed and not the
     emulated CPU's. The guest side sets the disk's rotational flag (QEMU's
     virtio-blk has none) and its queue depth (virtio_blk.queue_depth)."""
-    profile: diskmodel.HddProfile | diskmodel.SsdProfile
+    profile: diskmodel.Profile
     rundir: Path
     trace: bool = False
     proc: subprocess.Popen | None = None
@@ -99,9 +99,14 @@ class ModelDisk:
 
     def qemu_opts(self, index: int) -> str:
         drive_id = f"prismdisk{index}"
+        # A cloud volume's rate limits: QEMU's token buckets, at the host's
+        # speed, in front of the model.
+        model = diskmodel.make_model(self.profile)
+        throttle = "".join(f",throttling.{k}={v}" for k, v in (
+            model.qemu_throttling().items() if isinstance(model, diskmodel.CloudModel) else ()))
         # One queue: the profile's depth is then the device's depth.
         return (f"-drive file=nbd+unix:///?socket={self.socket},if=none,id={drive_id},"
-                f"format=raw,cache=none "
+                f"format=raw,cache=none{throttle} "
                 f"-device virtio-blk-pci,drive={drive_id},serial={self.serial},num-queues=1")
 
     def kernel_args(self) -> list[str]:
@@ -113,6 +118,7 @@ class ModelDisk:
                 f'{self.serial} ] && echo {rot} > $d/queue/rotational; done\n')
 
     def start(self) -> None:
+        self.rundir.mkdir(parents=True, exist_ok=True)
         params = self.rundir / "disk-params.toml"
         params.write_text(diskmodel.to_toml(self.profile))
         cmd = [sys.executable, "-m", "prism.cli", "disk", "serve", "--params", str(params),
@@ -249,6 +255,24 @@ exit "$rc"
 """
 
 
+def kernel_args(disks: list) -> list[str]:
+    """The guest kernel parameters the disks need. A driver's module
+    parameter (virtio_blk.queue_depth, nvme.io_queue_depth) holds for
+    every disk of that driver, so two disks that want it different cannot
+    share a boot: refused, rather than one of them silently getting the
+    other's depth."""
+    wanted: dict[str, str] = {}
+    for d in disks:
+        for arg in d.kernel_args() if hasattr(d, "kernel_args") else []:
+            key, _, val = arg.partition("=")
+            if wanted.get(key, val) != val:
+                raise PrismError(f"these disks cannot share a boot: they need {key}={wanted[key]} "
+                                 f"and {key}={val} (a module parameter holds for every disk "
+                                 "of its driver)")
+            wanted[key] = val
+    return [f"{k}={v}" for k, v in wanted.items()]
+
+
 def run(k: kernels.Kernel, command: str, *, ko: Path | None = None,
         disks: list[Disk | ModelDisk] = (), memory: str = "2G", cpus: int = 2,
         accel: str = "auto", timeout: float = 1800, rundir: Path | None = None,
@@ -286,9 +310,7 @@ def run(k: kernels.Kernel, command: str, *, ko: Path | None = None,
     if qemu_opts:
         # "=" form: the value starts with "-" and must not read as an option.
         cmd.append("--qemu-opts=" + " ".join(qemu_opts))
-    for d in disks:
-        if hasattr(d, "kernel_args"):
-            cmd += [f"--append={a}" for a in d.kernel_args()]
+    cmd += [f"--append={a}" for a in kernel_args(disks)]
     for d in models:
         d.start()
     try:

@@ -24,6 +24,11 @@ class Workload:
     filesystem: bool = False         # runs in a fresh ext4 on the device (job files use DIR)
     metric: str = "p99_us"           # the high job's figure the isolation ratio compares
     family: str | None = None        # workloads varying one parameter (token_*)
+    # An application instead of fio: "pgbench" (prism.pgbench); companion
+    # is what runs beside it: "basebackup" (pg_basebackup, IDLE) or "fio"
+    # (the workload's job file).
+    app: str | None = None
+    companion: str | None = None
 
     @property
     def jobfile(self) -> Path:
@@ -38,6 +43,10 @@ WORKLOADS = {w.name: w for w in [
              baseline="database_alone"),
     Workload("database_alone", "000",
              "database_sim alone: the baseline for database_backup"),
+    Workload("cmdprio_mix", "000",
+             "database_mixed: 4 KiB random reads, 20% of them RT and 80% BE4 within the "
+             "one job (fio cmdprio), against backup_sim (BE7); each priority's "
+             "percentiles apart", low_job="backup_sim"),
     Workload("cpq_standard", "001", "random 4 KiB, 70% reads / 30% writes, default priority"),
     Workload("cpq_idle", "001", "the standard mix in the IDLE class"),
     Workload("cpq_rt", "001", "the standard mix in the RT class"),
@@ -70,6 +79,18 @@ WORKLOADS = {w.name: w for w in [
              "4 KiB random reads, io_uring, iodepth 32, default priority, one job: "
              "the scheduler's CPU cost on nullb-cpu"),
     Workload("cpu_randread2", "001", "the same with two submitting jobs"),
+    Workload("pgbench_backup", "000",
+             "PostgreSQL: pgbench (TPC-B-like, 4 clients, default priority) while "
+             "pg_basebackup streams the database to nowhere, its server process in the "
+             "IDLE class; pgbench's IOPS are transactions per second and its latency is "
+             "per transaction", high_job="pgbench", low_job="backup",
+             baseline="pgbench_alone", app="pgbench", companion="basebackup"),
+    Workload("pgbench_fio", "000",
+             "PostgreSQL: pgbench beside a 1 MiB sequential reader of the raw device at "
+             "BE7 (backup_reader)", high_job="pgbench", low_job="backup_reader",
+             baseline="pgbench_alone", app="pgbench", companion="fio"),
+    Workload("pgbench_alone", "000", "pgbench alone: the baseline for pgbench_backup and "
+             "pgbench_fio", app="pgbench"),
     Workload("seqread_buffered", "003",
              "sequential buffered 1 MiB reads through the page cache (hdparm -t)"),
 ]}

@@ -14,7 +14,7 @@ fi
 
 export DEBIAN_FRONTEND=noninteractive
 APT_PACKAGES=(qemu-system-x86 kmod udev fio gcc make perl xz-utils pahole
-	busybox-static e2fsprogs util-linux procps gawk xfsprogs)
+	busybox-static e2fsprogs util-linux procps gawk xfsprogs postgresql-15)
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
@@ -23,6 +23,13 @@ for p in "${APT_PACKAGES[@]}"; do
 done
 if [ "${#missing[@]}" -gt 0 ]; then
 	echo "setup: installing ${missing[*]}"
+	# PostgreSQL is for the pgbench workloads, which make their own
+	# database: no system cluster wanted (Debian would create and start one).
+	if [[ " ${missing[*]} " == *" postgresql-15 "* ]] &&
+		[ ! -e /etc/postgresql-common/createcluster.conf ]; then
+		mkdir -p /etc/postgresql-common/createcluster.d
+		echo "create_main_cluster = false" >/etc/postgresql-common/createcluster.d/prism.conf
+	fi
 	apt-get update -q
 	apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi

@@ -235,6 +235,9 @@ def test_workloads_add_their_baseline():
     names = [w.name for w in workloads.get("database_backup")]
     assert names == ["database_alone", "database_backup"]
     for w in workloads.WORKLOADS.values():
+        if w.app and w.companion != "fio":
+            assert not w.jobfile.exists()       # nothing of fio's runs
+            continue
         text = w.jobfile.read_text()
         assert f"Seed {w.seed}" in text
         assert ("${DIR}" if w.filesystem else "${DEV}") in text
@@ -329,6 +332,7 @@ def test_all_workloads_have_job_files():
     for w in workloads.WORKLOADS.values():
         if w.baseline:
             assert names.index(w.baseline) < names.index(w.name)
+        if w.baseline and not w.app:
             base = w.baseline and workloads.WORKLOADS[w.baseline].jobfile.read_text()
             assert f"[{w.high_job}]" in base and f"[{w.high_job}]" in w.jobfile.read_text()
 
@@ -337,6 +341,9 @@ def test_jobs_that_run_together_stop_together():
     """Every workload of more than one job (or numjobs clones) sets
     exitall, so that all are measured over one window."""
     for w in workloads.WORKLOADS.values():
+        if w.app and w.companion != "fio":
+            assert not w.jobfile.exists()       # nothing of fio's runs
+            continue
         text = w.jobfile.read_text()
         sections = [ln for ln in text.splitlines()
                     if ln.startswith("[") and ln != "[global]"]
@@ -492,3 +499,100 @@ def test_manifest_keeps_the_runs_before_a_failure(tmp_path, monkeypatch):
         benchrun.main(["--plan", str(tmp_path / "plan.json"), "--out", str(tmp_path / "raw")])
     manifest = json.loads((tmp_path / "raw" / "manifest.json").read_text())
     assert [r["scheduler"] for r in manifest["runs"]] == ["none", "prism"]
+
+
+def test_report_says_when_the_drive_was_not_keeping_time():
+    runs = [{"scheduler": "none", "wall_s": 10,
+             "drive": {"media_ops": 100, "service_ms_mean": 10.0, "late_ms_mean": 0.2}},
+            {"scheduler": "prism", "wall_s": 10,
+             "drive": {"media_ops": 100, "service_ms_mean": 10.0, "late_ms_mean": 1.5}}]
+    text = "\n".join(report.drive_table(runs))
+    assert "Under prism the drive's replies were 1.500 ms late" in text
+    assert "15% of its 10.00 ms" in text and "Under none" not in text
+    assert "not purely device-bound" in text
+
+
+def _dir(n, p50, p99, mean):
+    return {"total_ios": n, "iops": n / 10, "bw": n * 0.4, "io_kbytes": n * 4, "runtime": 10000,
+            "lat_ns": {"N": n, "mean": mean, "max": p99 * 2,
+                       "percentile": {"50.000000": p50, "95.000000": p99, "99.000000": p99,
+                                      "99.900000": p99}},
+            "clat_ns": {"N": n, "mean": mean, "max": p99 * 2, "percentile": {}}}
+
+
+def test_mixed_jobs_report_each_direction_and_both():
+    job = {"jobname": "mix", "read": _dir(700, 100_000, 1_000_000, 200_000),
+           "write": _dir(300, 3_000_000, 9_000_000, 4_000_000)}
+    rec = stats.job_record(job)
+    assert rec["read_p99_us"] == 1000 and rec["write_p99_us"] == 9000
+    assert rec["read_p50_us"] == 100 and rec["write_p50_us"] == 3000
+    # Without fio's "mixed" section: the larger direction's percentiles.
+    assert rec["p99_us"] == 1000 and rec["ios"] == 1000
+    job["mixed"] = _dir(1000, 150_000, 8_000_000, 1_340_000)
+    rec = stats.job_record(job)
+    assert rec["p99_us"] == 8000 and rec["lat_mean_us"] == 1340 and rec["ios"] == 1000
+    # The mixed CPQ jobs ask fio for it.
+    for name in ("cpq_standard", "cpq_idle", "cpq_rt"):
+        assert "unified_rw_reporting=both" in workloads.WORKLOADS[name].jobfile.read_text()
+
+
+def test_tradeoff_points_pair_the_bulk_job_with_none():
+    runs = []
+    for rep, drift in enumerate([1.0, 1.5]):
+        for sched, bw, p99 in (("none", 100.0, 3000.0), ("prism", 60.0, 1200.0)):
+            for w, jobs in (("database_alone", [{"job": "database_sim", "p99_us": 1000.0}]),
+                            ("database_backup", [{"job": "database_sim", "p99_us": p99},
+                                                 {"job": "backup_sim", "bw_kib": bw * drift}])):
+                runs.append({"kernel": "6.12", "kernel_release": "x", "workload": w,
+                             "scheduler": sched, "rep": rep, "device_util": 1.0,
+                             "wall_s": 1, "jobs": jobs})
+    report.add_isolation(runs)
+    summaries = report.summarize(runs)
+    pts = {p["scheduler"]: p for p in report.tradeoff_points(runs, summaries, "6.12",
+                                                             "database_backup")}
+    assert pts["none"]["x"] == pytest.approx(3.0) and pts["none"]["y"] == pytest.approx(1.0)
+    assert pts["prism"]["x"] == pytest.approx(1.2) and pts["prism"]["y"] == pytest.approx(0.6)
+    assert pts["prism"]["y_low"] == pytest.approx(0.6)     # the drift cancels in pairs
+    assert report.tradeoff_points([r for r in runs if r["scheduler"] != "none"], summaries,
+                                  "6.12", "database_backup") == []
+
+
+def test_histogram_logs_become_per_second_p99(tmp_path):
+    # fio bins: below 128 one per ns; bin 128 starts the group of width 2.
+    assert stats.hist_bin_value(5) == 5 and stats.hist_bin_value(127) == 127
+    assert stats.hist_bin_value(128) == 129.0 and stats.hist_bin_value(192) == 258.0
+    bins = [0] * 1856
+    bins[100] = 99
+    bins[192] = 1
+    assert stats.hist_percentile(bins, 50) == 100 and stats.hist_percentile(bins, 99) == 100
+    assert stats.hist_percentile(bins, 99.5) == 258.0
+    assert stats.hist_percentile([0] * 10, 99) is None
+    line = lambda ms, b: f"{ms}, 0, 4096, " + ", ".join(map(str, b))   # noqa: E731
+    slow = [0] * 1856
+    slow[192] = 100
+    # Two clones of one job: the second second is slow in one clone only.
+    (tmp_path / "log_clat_hist.1.log").write_text(line(1000, bins) + "\n" + line(2000, bins))
+    (tmp_path / "log_clat_hist.2.log").write_text(line(1000, bins) + "\n" + line(2000, slow))
+    fio_json = {"jobs": [{"jobname": "j", "job options": {"numjobs": "2"}}]}
+    stats.condense_hist_logs(fio_json, tmp_path)
+    assert not list(tmp_path.glob("log_clat_hist.*"))
+    series = json.loads((tmp_path / stats.P99_SERIES).read_text())["j"]
+    assert series == [[1, 0.1], [2, 0.258]]
+
+
+def test_priorities_within_a_job_are_reported_apart():
+    job = {"jobname": "database_mixed", "read": _dir(1000, 150_000, 900_000, 200_000)}
+    job["read"]["prios"] = [
+        {"prioclass": 2, "prio": 4, "lat_ns": {"N": 800, "percentile": {
+            "50.000000": 200_000, "99.000000": 1_000_000}}},
+        {"prioclass": 1, "prio": 0, "lat_ns": {"N": 200, "percentile": {
+            "50.000000": 90_000, "99.000000": 300_000}}}]
+    rec = stats.job_record(job)
+    assert rec["prio_RT0_p99_us"] == 300 and rec["prio_BE4_p99_us"] == 1000
+    assert rec["prio_RT0_ios"] == 200 and rec["prio_BE4_p50_us"] == 200
+    assert stats.prio_name(3, 0) == "IDLE" and stats.prio_name(0, 0) == "none"
+    runs = [{"kernel": "6.12", "workload": "cmdprio_mix", "scheduler": "prism", "rep": 0,
+             "jobs": [rec]}]
+    text = "\n".join(report.prio_table(report.summarize(runs)))
+    assert "| prism | database_mixed | RT0 | 200 | 0.09 | 0.30 |" in text
+    assert "| prism | database_mixed | BE4 | 800 | 0.20 | 1.00 |" in text

@@ -7,7 +7,8 @@ import tomllib
 import pytest
 
 from prism import diskmodel
-from prism.diskmodel import HddModel, HddProfile, SsdModel, SsdProfile
+from prism.diskmodel import (CloudModel, CloudProfile, HddModel, HddNcqProfile, HddProfile,
+                             SsdModel, SsdProfile)
 from prism.drive import FLUSH, READ, WRITE, Command, Drive
 
 
@@ -138,7 +139,8 @@ def test_ssd_channels_serve_in_parallel_and_order_buys_nothing():
 
 
 def test_parameter_files_round_trip_and_refuse_bad_values():
-    for profile in (HddProfile(), SsdProfile(), HddProfile(ncq=8, queue_depth=32)):
+    for profile in (HddProfile(), SsdProfile(), HddProfile(ncq=8, queue_depth=32),
+                    HddNcqProfile(), CloudProfile(), CloudProfile(iops_limit=500)):
         text = diskmodel.to_toml(profile)
         name = diskmodel.profile_name(profile)
         assert diskmodel.load_profile(name, tomllib.loads(text)) == profile
@@ -172,3 +174,50 @@ def test_ssd_sequential_buys_nothing_either():
         seq.completed(now)
         lba += 8
     assert 2000 / now == pytest.approx(rand, rel=0.01)
+
+
+def test_hdd_ncq_is_the_hdd_with_ncq_on():
+    p = diskmodel.load_profile("hdd-ncq")
+    assert isinstance(p, HddProfile) and (p.queue_depth, p.ncq) == (32, 32)
+    assert diskmodel.profile_name(p) == "hdd-ncq"
+    assert diskmodel.profile_name(HddProfile(ncq=32, queue_depth=32)) == "hdd"
+    # Deep random reads: NCQ's shortest-positioning-first beats arrival order.
+    ncq = run_closed_loop(Drive(HddModel(p)), 32, 1500, random.Random(3))
+    fifo = run_closed_loop(hdd_drive(queue_depth=32), 32, 1500, random.Random(3))
+    assert ncq > 1.5 * fifo
+
+
+def test_cloud_latency_at_depth_one_is_base_plus_transfer():
+    p = CloudProfile()
+    for nsect in (8, 256, 2048):
+        drive = Drive(CloudModel(p))
+        drive.submit(Command(READ, 0, nsect), 0.0)
+        (cmd,) = drive.completed(drive.next_event())
+        assert cmd.end == pytest.approx(p.latency_ms / 1000 + nsect * 512 / (p.transfer_mb * 1e6))
+    # 1 ms + 4 KiB at 500 MB/s; 1 ms + 1 MiB at 500 MB/s
+    assert CloudModel(p).duration(8, False) == pytest.approx(0.0010082, rel=1e-4)
+    assert CloudModel(p).duration(2048, True) == pytest.approx(0.0030972, rel=1e-4)
+
+
+def test_cloud_serves_its_whole_queue_at_once():
+    p = CloudProfile(queue_depth=64)
+    drive = Drive(CloudModel(p))
+    iops = run_closed_loop(drive, 64, 6400, random.Random(4))
+    # Without QEMU's meter in front, depth / service time.
+    assert iops == pytest.approx(64 / CloudModel(p).duration(8, False), rel=0.01)
+    shallow = run_closed_loop(Drive(CloudModel(p)), 4, 400, random.Random(4))
+    assert shallow == pytest.approx(4 / CloudModel(p).duration(8, False), rel=0.01)
+
+
+def test_cloud_limits_and_what_fio_should_see():
+    m = CloudModel(CloudProfile())
+    assert m.qemu_throttling() == {"iops-total": 3000, "bps-total": 125 * 2**20,
+                                   "iops-size": 256 * 1024}
+    # 4 KiB at depth 64: IOPS-bound; at depth 1: latency-bound.
+    assert m.expected(4096, 64)[0] == pytest.approx(3000)
+    assert m.expected(4096, 1)[0] == pytest.approx(1 / m.duration(8, False))
+    # 1 MiB: bandwidth-bound (4 IOPS units each would allow 750/s).
+    assert m.expected(2**20, 16)[0] == pytest.approx(125)
+    # 512 KiB counts twice against the IOPS limit.
+    small = CloudModel(CloudProfile(iops_limit=100, bandwidth_mib=1000))
+    assert small.expected(512 * 1024, 64)[0] == pytest.approx(50)

@@ -166,6 +166,15 @@ def test_model_disk_starts_and_stops_its_server(tmp_path):
     ssd = vm.ModelDisk(diskmodel.SsdProfile(), tmp_path)
     assert "echo 0 > $d/queue/rotational" in ssd.guest_setup()
     assert "serial=prism-ssd-model" in ssd.qemu_opts(1)
+    assert "throttling" not in ssd.qemu_opts(1)
+    cloud = vm.ModelDisk(diskmodel.CloudProfile(iops_limit=2000), tmp_path)
+    opts = cloud.qemu_opts(2)
+    assert "serial=prism-cloud" in opts and "echo 0 >" in cloud.guest_setup()
+    assert ("throttling.iops-total=2000,throttling.bps-total=131072000,"
+            "throttling.iops-size=262144 ") in opts
+    assert cloud.kernel_args() == ["virtio_blk.queue_depth=64"]
+    ncq = vm.ModelDisk(diskmodel.HddNcqProfile(), tmp_path)
+    assert "serial=prism-hdd-ncq" in ncq.qemu_opts(3) and "echo 1 >" in ncq.guest_setup()
 
 
 def test_closing_a_connection_twice_is_harmless(tmp_path):
@@ -187,3 +196,14 @@ def test_closing_a_connection_twice_is_harmless(tmp_path):
     srv.close()                     # closes what it still knows of: no error
     srv._close(a)
     b.close()
+
+
+def test_disks_that_need_different_module_parameters_cannot_share_a_boot(tmp_path):
+    from prism import diskmodel, vm
+    from prism.errors import PrismError
+
+    hdd = vm.ModelDisk(diskmodel.HddProfile(), tmp_path / "a")
+    cloud = vm.ModelDisk(diskmodel.CloudProfile(), tmp_path / "b")
+    assert vm.kernel_args([hdd, hdd]) == ["virtio_blk.queue_depth=1"]
+    with pytest.raises(PrismError, match="virtio_blk.queue_depth=1 and virtio_blk.queue_depth=64"):
+        vm.kernel_args([hdd, cloud])

@@ -1,0 +1,330 @@
+"""PostgreSQL under pgbench as a benchmark workload: a real database on the
+device under test, TPC-B-like transactions at the default I/O priority,
+beside a real backup (pg_basebackup, whose server process is put in the
+IDLE class) or a plain sequential reader at BE7.
+
+- host (image): the database is initialised once per scale at the host's
+  native speed (pgbench -i under TCG would take most of an hour) into an
+  ext4 image cached under ~/.cache/prism/pgbench. PostgreSQL refuses to
+  run as root, so it runs as the unprivileged user nobody (setpriv): no
+  account is created on the host or in the guest.
+- guest (Database): the image is written onto the device once per boot;
+  each run mounts it, drops the page cache, starts the server, and stops
+  it afterwards.
+- both (records): pgbench's per-transaction log and the backup's byte
+  count become job records with the fields of stats.job_record, so the
+  report treats them like fio's jobs (IOPS is then transactions per
+  second and latency is per transaction).
+"""
+
+from __future__ import annotations
+
+import glob
+import math
+import os
+import shutil
+import subprocess
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from .errors import PrismError
+
+# Scale 200 is about 3 GB of tables and indexes: well over what a 2 GiB
+# guest can cache, so transactions read from the device.
+DEFAULT_SCALE = 200
+CLIENTS = 4
+THREADS = 2
+USER = "nobody"
+GROUP = "nogroup"
+CACHE = Path(os.environ.get("PRISM_CACHE", Path.home() / ".cache" / "prism")) / "pgbench"
+PERCENTILES = {"p50": 50.0, "p95": 95.0, "p99": 99.0, "p99_9": 99.9}
+
+
+def bindir() -> Path:
+    """The newest installed PostgreSQL's server binaries."""
+    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"),
+                   key=lambda p: int(Path(p).parts[4]) if Path(p).parts[4].isdigit() else 0)
+    if not found:
+        raise PrismError("PostgreSQL not found (apt-get install postgresql-15)")
+    return Path(found[-1]).parent
+
+
+def as_user(cmd: list[str]) -> list[str]:
+    return ["setpriv", f"--reuid={USER}", f"--regid={GROUP}", "--clear-groups",
+            "--reset-env", *cmd]
+
+
+def _run(cmd: list[str], what: str, **kw) -> subprocess.CompletedProcess:
+    r = subprocess.run(cmd, text=True, capture_output=True, **kw)
+    if r.returncode:
+        raise PrismError(f"{what} failed ({r.returncode}): {(r.stderr or r.stdout).strip()[-600:]}")
+    return r
+
+
+# -- host: the initialised database as an ext4 image --------------------------
+
+def image(scale: int = DEFAULT_SCALE, cache: Path = CACHE) -> Path:
+    """An ext4 image holding pgdata/ (initialised by pgbench -i -s @scale)
+    and run/ (the server's socket directory), both owned by nobody; built
+    once and cached."""
+    pg = bindir()
+    version = pg.parent.name
+    img = cache / f"pgdata-{version}-s{scale}.img"
+    if img.exists():
+        return img
+    for tool in ("setpriv", "mkfs.ext4"):
+        if not shutil.which(tool):
+            raise PrismError(f"{tool} not found (apt-get install "
+                             f"{'util-linux' if tool == 'setpriv' else 'e2fsprogs'})")
+    # Built outside the cache: ~ (root's home) is closed to nobody.
+    cache.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=f"prism-pgbench-s{scale}-", dir="/var/tmp"))
+    work.chmod(0o755)
+    root = work / "root"
+    (root / "pgdata").mkdir(parents=True)
+    (root / "run").mkdir()
+    for d in (work, root / "pgdata", root / "run"):
+        shutil.chown(d, USER, GROUP)
+    print(f"prism: initialising a pgbench database at scale {scale} (once; cached in {img})",
+          flush=True)
+    data, sock = root / "pgdata", root / "run"
+    _run(as_user([str(pg / "initdb"), "-D", str(data), "-A", "trust", "-U", "postgres",
+                  "--no-sync"]), "initdb")
+    _run(as_user([str(pg / "pg_ctl"), "-D", str(data), "-w", "-l", str(work / "server.log"),
+                  "-o", f"-k {sock} -c listen_addresses=''", "start"]), "starting PostgreSQL")
+    try:
+        _run([str(pg / "pgbench"), "-i", "-q", "-s", str(scale), "-h", str(sock),
+              "-U", "postgres", "postgres"], "pgbench -i", timeout=3600)
+        # WAL is recycled past max_wal_size: this bounds what runs add.
+        for sql in ("ALTER SYSTEM SET max_wal_size = '512MB'", "CHECKPOINT"):
+            _run([str(pg / "psql"), "-h", str(sock), "-U", "postgres", "-c", sql,
+                  "postgres"], sql)
+    finally:
+        subprocess.run(as_user([str(pg / "pg_ctl"), "-D", str(data), "-w", "-m", "fast",
+                                "stop"]), capture_output=True)
+    (data / "postmaster.log").unlink(missing_ok=True)
+    used = sum(f.stat().st_size for f in root.rglob("*") if f.is_file())
+    # Room for what the runs write (WAL up to max_wal_size, history rows);
+    # the whole image is written to the device at each boot, so no more.
+    size_mb = int(math.ceil((used / 2**20 + 1024) / 256) * 256)
+    tmp = img.with_suffix(".tmp")
+    _run(["mkfs.ext4", "-q", "-F", "-d", str(root), "-E",
+          "lazy_itable_init=0,lazy_journal_init=0", str(tmp), f"{size_mb}M"], "mkfs.ext4 -d")
+    tmp.rename(img)
+    shutil.rmtree(work, ignore_errors=True)
+    return img
+
+
+# -- guest: the database on the device under test -----------------------------
+
+MOUNT = Path("/tmp/prism-pg")
+
+
+class Database:
+    """The image on a block device, and a server on it."""
+
+    def __init__(self, image_path: str):
+        self.image = image_path
+        self.pg = bindir()
+        self.written: str | None = None     # the device holding the image
+
+    @property
+    def sock(self) -> str:
+        return str(MOUNT / "run")
+
+    def write_image(self, dev: str) -> None:
+        """Copy the image onto @dev (once per device per boot; a null_blk
+        device made afresh must be given it again)."""
+        if self.written == dev:
+            return
+        _run(["dd", f"if={self.image}", f"of={dev}", "bs=4M", "oflag=direct",
+              "conv=fsync", "status=none"], f"writing the database image to {dev}", timeout=1800)
+        self.written = dev
+
+    def forget(self) -> None:
+        self.written = None
+
+    def start(self, dev: str) -> None:
+        MOUNT.mkdir(parents=True, exist_ok=True)
+        _run(["mount", "-t", "ext4", dev, str(MOUNT)], f"mounting {dev}")
+        # Every run starts with nothing of the database cached.
+        subprocess.run("sync; echo 3 > /proc/sys/vm/drop_caches", shell=True)
+        _run(as_user([str(self.pg / "pg_ctl"), "-D", str(MOUNT / "pgdata"), "-w",
+                      "-t", "300", "-l", str(MOUNT / "run" / "server.log"), "-o",
+                      f"-k {self.sock} -c listen_addresses='' -c max_connections=20 "
+                      "-c dynamic_shared_memory_type=mmap", "start"]),
+             "starting PostgreSQL", timeout=360)
+
+    def stop(self) -> None:
+        subprocess.run(as_user([str(self.pg / "pg_ctl"), "-D", str(MOUNT / "pgdata"), "-w",
+                                "-t", "300", "-m", "fast", "stop"]),
+                       capture_output=True, timeout=360)
+        subprocess.run(["umount", str(MOUNT)], capture_output=True)
+
+    def pgbench(self, seconds: int, log_prefix: Path) -> subprocess.Popen:
+        """TPC-B-like transactions for @seconds, each logged."""
+        return subprocess.Popen(
+            [str(self.pg / "pgbench"), "-h", self.sock, "-U", "postgres", "-n",
+             "-c", str(CLIENTS), "-j", str(THREADS), "-T", str(seconds), "-l",
+             f"--log-prefix={log_prefix}", "postgres"],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+class Backup(threading.Thread):
+    """pg_basebackup to nowhere, started again whenever it finishes, until
+    stopped; the server process that reads the files for it (the
+    walsender) is put in the IDLE I/O class as soon as it appears, since
+    the client's own priority does not reach the reads. Counts the bytes
+    received per second."""
+
+    def __init__(self, db: Database, ioprio_class: int = 3):
+        super().__init__(daemon=True)
+        self.db = db
+        self.ioprio_class = ioprio_class
+        self.halt = threading.Event()
+        self.received: list[tuple[float, int]] = []     # (time, bytes) per read
+        self.backups = 0
+        self.reprioritised: set[int] = set()
+        self.error = ""
+
+    def _walsenders(self) -> list[int]:
+        pids = []
+        for cmdline in glob.glob("/proc/[0-9]*/cmdline"):
+            try:
+                text = Path(cmdline).read_bytes()
+            except OSError:
+                continue
+            if text.startswith(b"postgres: walsender"):
+                pids.append(int(cmdline.split("/")[2]))
+        return pids
+
+    def _reprioritise_new_walsender(self, timeout: float = 10.0) -> None:
+        """Wait for this backup's walsender (it appears when the client
+        connects, before the checkpoint the backup starts with) and put it
+        in the backup's class. Scanning /proc is costly under TCG, so it
+        is done here, once per backup, and not while data flows."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and not self.halt.is_set():
+            new = [pid for pid in self._walsenders() if pid not in self.reprioritised]
+            if new:
+                for pid in new:
+                    subprocess.run(["ionice", "-c", str(self.ioprio_class), "-p", str(pid)],
+                                   capture_output=True)
+                    self.reprioritised.add(pid)
+                return
+            time.sleep(0.02)
+
+    def run(self) -> None:
+        buf = bytearray(1 << 20)
+        while not self.halt.is_set():
+            p = subprocess.Popen([str(self.db.pg / "pg_basebackup"), "-h", self.db.sock,
+                                  "-U", "postgres", "-D", "-", "-Ft", "-X", "none",
+                                  "-c", "fast"],
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            fd = p.stdout.fileno()
+            self._reprioritise_new_walsender()
+            while not self.halt.is_set():
+                n = os.readv(fd, [buf])
+                if n == 0:
+                    break
+                self.received.append((time.time(), n))
+            if self.halt.is_set():
+                p.terminate()
+            p.stdout.close()
+            rc = p.wait()
+            err = p.stderr.read().decode(errors="replace")
+            p.stderr.close()
+            if rc and not self.halt.is_set():
+                self.error = err.strip()[-400:]
+                return
+            self.backups += 1
+
+    def stop(self) -> None:
+        self.halt.set()
+        self.join(timeout=60)
+
+
+# -- records -------------------------------------------------------------------
+
+def parse_log(lines) -> list[tuple[float, float]]:
+    """(completion time in epoch seconds, latency in us) per transaction
+    of a pgbench per-transaction log (-l): client_id transaction_no time
+    script_no time_epoch time_us [schedule_lag [retries]]. Failed or
+    skipped transactions (time "failed"/"skipped") are left out."""
+    out = []
+    for line in lines:
+        f = line.split()
+        if len(f) < 6 or not f[2].isdigit():
+            continue
+        out.append((int(f[4]) + int(f[5]) / 1e6, float(f[2])))
+    return out
+
+
+def read_logs(prefix: Path) -> list[tuple[float, float]]:
+    """All of a run's logs: pgbench writes PREFIX.PID and, with several
+    threads, PREFIX.PID.N."""
+    rows: list[tuple[float, float]] = []
+    for path in sorted(prefix.parent.glob(prefix.name + ".*")):
+        with open(path) as f:
+            rows += parse_log(f)
+    return rows
+
+
+def percentile(sorted_vals: list[float], pct: float) -> float:
+    """Nearest-rank percentile, as fio reports its own."""
+    k = max(0, min(len(sorted_vals) - 1, int(math.ceil(pct / 100 * len(sorted_vals))) - 1))
+    return sorted_vals[k]
+
+
+def pgbench_record(rows: list[tuple[float, float]], start: float, end: float,
+                   failed: int = 0) -> dict:
+    """The job record of the transactions that completed in [start, end)."""
+    window = end - start
+    lats = sorted(lat for t, lat in rows if start <= t < end)
+    rec = {"job": "pgbench", "ios": len(lats), "iops": len(lats) / window if window else 0.0,
+           "bw_kib": None, "kib": None, "runtime_ms": int(window * 1000), "errors": failed,
+           "usr_cpu": None, "sys_cpu": None, "prio": None, "prioclass": None,
+           "lat_source": "pgbench", "clat_mean_us": None, "clat_p99_us": None,
+           "window_s": window, "late_s": 0.0}
+    rec["lat_mean_us"] = sum(lats) / len(lats) if lats else None
+    rec["lat_max_us"] = lats[-1] if lats else None
+    for name, pct in PERCENTILES.items():
+        rec[f"{name}_us"] = percentile(lats, pct) if lats else None
+    seconds = int(window)
+    counts = [0] * seconds
+    sums = [0.0] * seconds
+    for t, lat in rows:
+        i = int(t - start)
+        if start <= t and i < seconds:
+            counts[i] += 1
+            sums[i] += lat
+    rec["iops_series"] = [(i + 1, float(c)) for i, c in enumerate(counts)]
+    rec["lat_series_us"] = [(i + 1, sums[i] / counts[i]) for i in range(seconds) if counts[i]]
+    rec["min_iops_1s"] = float(min(counts)) if counts else None
+    return rec
+
+
+def backup_record(received: list[tuple[float, int]], start: float, end: float,
+                  ioprio_class: int = 3, walsenders: int = 0) -> dict:
+    """The backup's job record: bytes received in [start, end); walsenders:
+    how many server processes were put in @ioprio_class."""
+    window = end - start
+    total = sum(n for t, n in received if start <= t < end)
+    seconds = int(window)
+    per = [0] * seconds
+    for t, n in received:
+        i = int(t - start)
+        if start <= t and i < seconds:
+            per[i] += n
+    return {"job": "backup", "ios": None, "iops": None, "kib": total / 1024,
+            "bw_kib": total / 1024 / window if window else 0.0,
+            "runtime_ms": int(window * 1000), "errors": 0, "usr_cpu": None,
+            "sys_cpu": None, "prio": None, "prioclass": str(ioprio_class),
+            "lat_source": None, "lat_mean_us": None, "clat_mean_us": None,
+            "lat_max_us": None, "clat_p99_us": None,
+            **{f"{name}_us": None for name in PERCENTILES},
+            "bw_series_kib": [(i + 1, b / 1024) for i, b in enumerate(per)],
+            "min_bw_kib_1s": min(per) / 1024 if per else None,
+            "walsenders": walsenders, "window_s": window, "late_s": 0.0}
