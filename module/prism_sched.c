@@ -1181,3 +1181,4 @@ module_exit(prism_exit);
 MODULE_AUTHOR("The prism developers");
 MODULE_LICENSE("GPL");
 MODULE_DESCRIPTION("prism: priority-aware blk-mq I/O scheduler");
+MODULE_VERSION(PRISM_VERSION);

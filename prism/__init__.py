@@ -1,3 +1,6 @@
 """prism: a priority-aware blk-mq I/O scheduler and its evaluation harness."""
 
-__version__ = "0.1.0"
+from pathlib import Path
+
+# The project's one version, which the module carries too (MODULE_VERSION).
+__version__ = (Path(__file__).resolve().parent.parent / "module" / "VERSION").read_text().strip()

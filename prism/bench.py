@@ -17,8 +17,8 @@ from pathlib import Path
 
 from . import build, diskmodel, kernels, pgbench, report, stats, vm, workloads
 from .benchrun import MODEL_PROFILES, NULLB_PROFILES, parse_scheduler
-from .guest import NVME_SERIAL, VIRTIO_SERIAL
 from .errors import PrismError
+from .guest import NVME_SERIAL, VIRTIO_SERIAL
 
 KNOWN_SCHEDULERS = ("none", "mq-deadline", "kyber", "bfq", "prism")
 ALL_SCHEDULERS = ",".join(KNOWN_SCHEDULERS)
@@ -148,11 +148,11 @@ def disk_profile(args) -> diskmodel.Profile:
         try:
             params = tomllib.loads(Path(path).read_text())
         except (OSError, tomllib.TOMLDecodeError) as e:
-            raise PrismError(f"{path}: {e}")
+            raise PrismError(f"{path}: {e}") from None
     try:
         return diskmodel.load_profile(args.device, params)
     except ValueError as e:
-        raise PrismError(f"{path or args.device}: {e}")
+        raise PrismError(f"{path or args.device}: {e}") from None
 
 
 def source_revision() -> str | None:
@@ -218,7 +218,7 @@ def run_in_vm(k: kernels.Kernel, plan: dict, args) -> tuple[Path, list[dict]]:
     rundir = vm.new_rundir()
     plan = dict(with_database(plan), ko=str(ko))
     # File-backed disks are sparse: room for pgbench's database too.
-    disks = []
+    disks: list[vm.Disk | vm.ModelDisk] = []
     if plan["profile"] == "virtio":
         disks = [vm.Disk(serial=VIRTIO_SERIAL, path=rundir / "virtio.img", size_mb=16384)]
     elif plan["profile"] == "nvme":
@@ -280,6 +280,7 @@ def rebuild(out: Path) -> list[dict]:
         runs += report.collect(d, kernel)
         plan = plan or json.loads((d / "manifest.json").read_text())["plan"]
     command = old.get("command", "(not recorded: rebuilt from the raw runs by prism bench report)")
+    assert plan is not None     # from results.json or the first manifest
     summaries = report.write_all(out, command, plan, runs)
     print(report.headline(summaries, plan["workloads"][-1]))
     kernels.log(f"report: {out / 'report.md'} ({len(runs)} runs)")

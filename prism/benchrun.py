@@ -20,7 +20,6 @@ from . import guest as g
 from . import pgbench, stats
 from .workloads import WORKLOADS
 
-
 # Device profiles made inside the VM. nullb-ssd: few slots and a long
 # enough service time that the device, not TCG's CPU, is the bottleneck;
 # nullb-cpu: no delay at all, so the scheduler's CPU cost is what shows.
@@ -80,6 +79,7 @@ class Device:
             # be written back during this one.
             g.sh(f"blockdev --flushbufs /dev/{self.name}")
         else:
+            assert self.path, "a real device needs its path"
             self.name = Path(os.path.realpath(self.path)).name
         g.sh("sync; echo 3 > /proc/sys/vm/drop_caches", check=False)
 
@@ -236,7 +236,7 @@ def cpu_shares(before: list[int], after: list[int]) -> dict:
     """Where all CPUs' time went between two cpu_times(), in percent of
     it: fio's own usr/sys figures miss the completion work done in
     interrupts and softirqs, which is where a scheduler's cost partly is."""
-    d = [a - b for a, b in zip(after, before)]
+    d = [a - b for a, b in zip(after, before, strict=True)]
     total = sum(d) or 1
 
     def pct(*fields: int) -> float:
@@ -309,7 +309,7 @@ def main(argv=None) -> int:
     runs = schedule(plan)
     per_run = plan["runtime"] + plan["ramp"]
     started = time.monotonic()
-    done = []
+    done: list[dict] = []
     for run in runs:
         elapsed = time.monotonic() - started
         avg = elapsed / len(done) if done else per_run + 3

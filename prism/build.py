@@ -63,7 +63,7 @@ def build(k: kernels.Kernel, fetch: bool = True) -> Path:
     # A fresh directory per build: no stale objects from the other kernel.
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
-    for f in ("Kbuild",) + MODULE_FILES:
+    for f in ("Kbuild", "VERSION") + MODULE_FILES:
         shutil.copy2(MODULE_SRC / f, out / f)
     kernels.log(f"building {MODULE_NAME}.ko for {k.abi}")
     _kbuild(k, out, [f"PRISM_BLOCK_DIR={kernels.block_dir(k)}"], "module")

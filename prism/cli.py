@@ -22,7 +22,7 @@ import time
 import tomllib
 from pathlib import Path
 
-from . import bench, blktests, build, diskmodel, kernels, nbd, pgbench, vm, workloads
+from . import __version__, bench, blktests, build, diskmodel, kernels, nbd, pgbench, vm, workloads
 from .errors import PrismError
 from .guest import NVME_SERIAL, VIRTIO_SERIAL
 
@@ -46,7 +46,7 @@ def selftest_disks(rundir: Path) -> list[vm.Disk | vm.ModelDisk]:
             vm.ModelDisk(diskmodel.HddProfile(), rundir, trace=True)]
 
 
-def cloud_check_disks(rundir: Path) -> list[vm.ModelDisk]:
+def cloud_check_disks(rundir: Path) -> list[vm.Disk | vm.ModelDisk]:
     """The cloud volume for selftest's cloud suite, in a boot of its own:
     virtio_blk.queue_depth holds for every virtio disk, and the HDD of the
     main suite needs 1 where the volume needs 64."""
@@ -167,7 +167,7 @@ def cmd_blktests(args) -> int:
         try:
             res, doc = run_blktests(k, args)
         except blktests.Missing as e:
-            raise PrismError(str(e))
+            raise PrismError(str(e)) from None
         clean = _report_log(res)
         s = blktests.summary(doc)
         for outcome, names in s.items():
@@ -179,7 +179,8 @@ def cmd_blktests(args) -> int:
 
 TRY_SCRIPT = r"""
 set -e
-modprobe null_blk queue_mode=2 hw_queue_depth=4 irqmode=2 completion_nsec=500000 submit_queues=1 poll_queues=0
+modprobe null_blk queue_mode=2 hw_queue_depth=4 irqmode=2 completion_nsec=500000 \
+  submit_queues=1 poll_queues=0
 insmod "$PRISM_KO"
 mount -t debugfs none /sys/kernel/debug 2>/dev/null || true
 run() {
@@ -263,7 +264,7 @@ def _disk_profile(args):
         try:
             name = tomllib.loads(Path(args.params).read_text()).get("profile")
         except (OSError, tomllib.TOMLDecodeError) as e:
-            raise PrismError(f"{args.params}: {e}")
+            raise PrismError(f"{args.params}: {e}") from None
     return bench.disk_profile(argparse.Namespace(device=name or "hdd",
                                                  disk_params=args.params))
 
@@ -294,6 +295,7 @@ def _vm_options(p: argparse.ArgumentParser) -> None:
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="prism", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--version", action="version", version=f"prism {__version__}")
     sub = ap.add_subparsers(dest="cmd", required=True)
 
     p = sub.add_parser("fetch", help="install a pinned kernel and extract its block/ headers")

@@ -50,13 +50,16 @@ class Command:
 class Drive:
     def __init__(self, model: HddModel | SsdModel | CloudModel):
         self.model = model
-        profile = model.profile
-        self.hdd = isinstance(model, HddModel)
+        # The HDD's actuator, or the flash channels / volume slots.
+        self.disk = model if isinstance(model, HddModel) else None
+        self.flash = None if isinstance(model, HddModel) else model
+        self.hdd = self.disk is not None
         self.servers = [0.0] * model.parallel  # free-at times
-        self.ncq = profile.ncq if self.hdd else 0
-        self.cache_bytes = (int(profile.write_cache_mb * 2**20)
-                            if self.hdd and profile.write_cache else 0)
-        self.overhead = profile.overhead_ms / 1000 if self.hdd else 0.0
+        hp = self.disk.profile if self.disk else None
+        self.ncq = hp.ncq if hp else 0
+        self.cache_bytes = int(hp.write_cache_mb * 2**20) if hp and hp.write_cache else 0
+        self.overhead = hp.overhead_ms / 1000 if hp else 0.0
+        self.interface_rate = hp.interface_rate_mb * 1e6 if hp else 0.0
         self.queue: list[Command] = []           # waiting for the media, arrival order
         self.dirty: list[tuple[int, int]] = []   # (lba, nsect) cached, not on media
         self.dirty_bytes = 0
@@ -81,8 +84,8 @@ class Drive:
             cmd.cached = True
             self.dirty.append((cmd.lba, cmd.nsect))
             self.dirty_bytes += cmd.nsect * SECTOR
-            rate = self.model.profile.interface_rate_mb * 1e6
-            self._complete(cmd, now, now + self.overhead + cmd.nsect * SECTOR / rate)
+            self._complete(cmd, now,
+                           now + self.overhead + cmd.nsect * SECTOR / self.interface_rate)
         else:
             self.queue.append(cmd)
         self.advance(now)
@@ -131,17 +134,19 @@ class Drive:
     # -- inside the device -------------------------------------------------
 
     def _pick(self, t: float) -> Command:
-        if not self.ncq:
+        if not self.ncq or self.disk is None:
             return self.queue[0]
+        disk = self.disk
         window = [c for c in self.queue[:self.ncq] if c.arrival <= t]
-        return min(window, key=lambda c: self.model.position(c.lba, t))
+        return min(window, key=lambda c: disk.position(c.lba, t))
 
     def _media(self, server: int, lba: int, nsect: int, write: bool,
                t: float) -> float:
-        if self.hdd:
-            _, end = self.model.service(lba, nsect, t)
+        if self.disk is not None:
+            _, end = self.disk.service(lba, nsect, t)
         else:
-            end = t + self.model.duration(nsect, write)
+            assert self.flash is not None
+            end = t + self.flash.duration(nsect, write)
         self.servers[server] = end
         return end
 
@@ -152,7 +157,8 @@ class Drive:
     def _destage(self, t: float) -> None:
         """Write one cached extent to the media, nearest ahead of the head
         first (the drive sorts its own cache), then wrap round."""
-        head = self.model.stream_lba
+        assert self.disk is not None        # only an HDD has a write cache
+        head = self.disk.stream_lba
         ahead = [d for d in self.dirty if d[0] >= head]
         lba, nsect = min(ahead or self.dirty)
         self.dirty.remove((lba, nsect))

@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 SYS_BLOCK = Path("/sys/block")
@@ -167,12 +168,12 @@ def write_tunable(dev: str, name: str, value) -> int:
     try:
         fd = os.open(tunable_path(dev, name), os.O_WRONLY)
     except OSError as e:
-        return e.errno
+        return e.errno or -1
     try:
         os.write(fd, str(value).encode())
         return 0
     except OSError as e:
-        return e.errno
+        return e.errno or -1
     finally:
         os.close(fd)
 
@@ -186,7 +187,7 @@ def prism_tiers(dev: str) -> dict[str, dict[str, int]]:
     for line in lines[1:]:
         if line.strip():
             f = line.split()
-            out[f[0]] = {k: int(v) for k, v in zip(header[1:], f[1:])}
+            out[f[0]] = {k: int(v) for k, v in zip(header[1:], f[1:], strict=True)}
     return out
 
 
@@ -196,7 +197,7 @@ def prism_batch(dev: str) -> dict[str, str]:
     return dict(kv.split("=", 1) for kv in text.split())
 
 
-def fio(jobfile: str | None = None, args: list[str] = (), timeout: float = 600) -> dict:
+def fio(jobfile: str | None = None, args: Sequence[str] = (), timeout: float = 600) -> dict:
     """Run fio with JSON output; returns the parsed report. Raises on a
     non-zero exit (an I/O or verify error) with fio's stderr."""
     cmd = ["fio", "--output-format=json"] + list(args)

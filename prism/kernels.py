@@ -113,7 +113,7 @@ def _ensure_apt_lists(pkg: str) -> list[str]:
     global _apt_updated
     versions = offered_versions(pkg)
     if not versions and not _apt_updated:
-        log("apt knows no versions of %s; running apt-get update" % pkg)
+        log(f"apt knows no versions of {pkg}; running apt-get update")
         r = _run(["apt-get", "update", "-q"])
         _apt_updated = True
         if r.returncode:
@@ -176,16 +176,18 @@ def _source_deb(k: Kernel) -> Path:
     return got[0]
 
 
-# What is taken out of the source tarball: the private block headers and
-# checkpatch with the data files it reads.
-_WANTED = ("block/", "scripts/checkpatch.pl", "scripts/spelling.txt",
+# What is taken out of the source tarball: the private block headers,
+# checkpatch with the data files it reads, and the top Makefile, whose
+# version the module's Kbuild compares with the target kernel's.
+_WANTED = ("Makefile", "block/", "scripts/checkpatch.pl", "scripts/spelling.txt",
            "scripts/const_structs.checkpatch")
 
 
 def fetch_source(k: Kernel) -> Path:
     """Extract block/ and checkpatch from linux-source into the cache."""
     dest = source_dir(k)
-    if (dest / "block" / "elevator.h").exists() and checkpatch(k).exists():
+    if ((dest / "block" / "elevator.h").exists() and checkpatch(k).exists()
+            and (dest / "Makefile").exists()):
         return dest
     deb = _source_deb(k)
     log(f"extracting block/ from {deb.name}")

@@ -26,6 +26,7 @@ import struct
 import sys
 import time
 from pathlib import Path
+from typing import cast
 
 from . import diskmodel
 from .drive import FLUSH, READ, WRITE, Command, Drive
@@ -246,7 +247,7 @@ class Server:
             self._close(conn)
 
     def _finish(self, cmd: Command) -> None:
-        conn, handle, data = cmd.tag
+        conn, handle, data = cast(tuple[socket.socket, int, bytes], cmd.tag)
         self._reply(conn, handle, 0, data)
         self._record(cmd)
 
@@ -279,7 +280,7 @@ class Server:
                 if key.fileobj is self.listener:
                     self._accept()
                 else:
-                    self._readable(key.fileobj, now)
+                    self._readable(cast(socket.socket, key.fileobj), now)
             for cmd in self.drive.completed(self.now()):
                 self._finish(cmd)
             self._trace_destages()

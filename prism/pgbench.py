@@ -223,6 +223,7 @@ class Backup(threading.Thread):
                                   "-U", "postgres", "-D", "-", "-Ft", "-X", "none",
                                   "-c", "fast"],
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            assert p.stdout is not None and p.stderr is not None
             fd = p.stdout.fileno()
             self._reprioritise_new_walsender()
             while not self.halt.is_set():

@@ -117,7 +117,7 @@ def summarize(runs: list[dict]) -> list[dict]:
         # Per-priority figures of jobs that mix priorities (stats.job_record).
         names = list(SUMMARY_METRICS) + sorted({k for x in recs for k in x
                                                 if k.startswith("prio_")})
-        metrics = {m: stats.summarize([x.get(m) for x in recs if x.get(m) is not None])
+        metrics = {m: stats.summarize([x[m] for x in recs if x.get(m) is not None])
                    for m in names}
         out.append({"kernel": kernel, "workload": workload, "scheduler": sched,
                     "job": job, "metrics": {k: v for k, v in metrics.items() if v["n"]}})
@@ -196,7 +196,7 @@ def plots(out: Path, runs: list[dict], summaries: list[dict]) -> list[str]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    made = []
+    made: list[str] = []
     kernels = sorted({s["kernel"] for s in summaries})
     for kernel in kernels:
         for workload in sorted({s["workload"] for s in summaries if s["kernel"] == kernel}):
@@ -206,7 +206,7 @@ def plots(out: Path, runs: list[dict], summaries: list[dict]) -> list[str]:
             fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
             for ax, (metric, label, scale) in zip(axes, [
                     ("iops", "IOPS", 1), ("p99_us", "P99 latency (ms)", 1000),
-                    ("sys_cpu", "system CPU (%)", 1)]):
+                    ("sys_cpu", "system CPU (%)", 1)], strict=True):
                 width = 0.8 / max(1, len(jobs))
                 for ji, job in enumerate(jobs):
                     means, errs = [], []
@@ -243,7 +243,7 @@ def plots(out: Path, runs: list[dict], summaries: list[dict]) -> list[str]:
                 ax.legend(fontsize=8)
                 _save(plt, fig, out, f"{kernel}-{workload}-shares.png", made)
             points = tradeoff_points(runs, summaries, kernel, workload)
-            if points:
+            if points and w:
                 fig, ax = plt.subplots(figsize=(7, 5))
                 for p in points:
                     ax.errorbar([p["x"]], [p["y"]], xerr=[[p["x"] - p["x_low"]],
@@ -363,12 +363,14 @@ def report_md(out: Path, command: str, plan: dict, runs: list[dict],
             if w and w.share:
                 lines += ["Shares of the total IOPS against the ideal (weight 8 - BE level):", "",
                           "| scheduler | mean deviation from ideal | "
-                          + " | ".join(s["job"] for s in rows if s["scheduler"] == rows[0]["scheduler"])
+                          + " | ".join(s["job"] for s in rows
+                                       if s["scheduler"] == rows[0]["scheduler"])
                           + " |", "|---|---|" + "---|" * sum(
                               1 for s in rows if s["scheduler"] == rows[0]["scheduler"])]
                 for sched in dict.fromkeys(s["scheduler"] for s in rows):
                     jobs = [s for s in rows if s["scheduler"] == sched]
-                    lines.append(f"| {sched} | {_fmt(jobs[0]['metrics'].get('share_mean_dev'), 0.01, 0)} % | "
+                    dev = _fmt(jobs[0]["metrics"].get("share_mean_dev"), 0.01, 0)
+                    lines.append(f"| {sched} | {dev} % | "
                                  + " | ".join(_fmt(s["metrics"].get("share"), 0.01, 1) + " %"
                                               for s in jobs) + " |")
                 lines.append("")
@@ -388,7 +390,7 @@ def report_md(out: Path, command: str, plan: dict, runs: list[dict],
 def prio_table(rows: list[dict]) -> list[str]:
     """Jobs whose requests carry different priorities (fio cmdprio): each
     priority's completions and percentiles, per scheduler."""
-    lines = []
+    lines: list[str] = []
     for s in rows:
         labels = sorted({k[len("prio_"):-len("_p99_us")] for k in s["metrics"]
                          if k.startswith("prio_") and k.endswith("_p99_us")})
@@ -582,7 +584,7 @@ def drive_table(runs: list[dict]) -> list[str]:
         drives = [dict(r["drive"], ops_per_s=r["drive"]["media_ops"] / r["wall_s"])
                   for r in runs if r["scheduler"] == sched and r.get("wall_s")]
 
-        def col(key: str, scale: float, digits: int) -> str:
+        def col(key: str, scale: float, digits: int, drives=drives) -> str:
             return _fmt(stats.summarize([d.get(key) for d in drives]), scale, digits)
         lines.append(f"| {sched} | {col('ops_per_s', 1, 0)} | {col('service_ms_mean', 1, 2)} | "
                      f"{col('jump_mb_mean', 1, 1)} | {col('sequential_frac', 0.01, 0)} | "
@@ -649,7 +651,7 @@ def write_all(out: Path, command: str, plan: dict, runs: list[dict]) -> list[dic
     add_shares(runs)
     summaries = summarize(runs)
     doc = {"schema": 1, "command": command,
-           "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+           "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
            "plan": plan, "runs": runs, "summaries": summaries,
            "paired": [p for k in dict.fromkeys(r["kernel"] for r in runs)
                       for p in paired_ratios(runs, k)]}
@@ -663,7 +665,8 @@ def write_all(out: Path, command: str, plan: dict, runs: list[dict]) -> list[dic
 def headline(summaries: list[dict], workload: str = "database_backup") -> str:
     """A short table for the terminal: each scheduler's jobs of @workload."""
     rows = [s for s in summaries if s["workload"] == workload]
-    out = [f"{'kernel':<7} {'scheduler':<22} {'job':<14} {'IOPS':>16} {'P99 ms':>16} {'isolation':>10}"]
+    out = [f"{'kernel':<7} {'scheduler':<22} {'job':<14} {'IOPS':>16} {'P99 ms':>16} "
+           f"{'isolation':>10}"]
     for s in rows:
         m = s["metrics"]
         out.append(f"{s['kernel']:<7} {s['scheduler']:<22} {s['job']:<14} "

@@ -95,7 +95,8 @@ def check_select_virtio(ctx) -> dict:
     g.sh(f"dd if=/dev/{dev} of=/dev/null bs=64k count=64 iflag=direct")
     books = conservation(dev)
     return {"ok": g.schedulers(dev)[1] == "prism" and books["balanced"],
-            "device": dev, "rotational": (g.SYS_BLOCK / dev / "queue" / "rotational").read_text().strip(),
+            "device": dev,
+            "rotational": (g.SYS_BLOCK / dev / "queue" / "rotational").read_text().strip(),
             "batch": g.prism_batch(dev), **books}
 
 
@@ -336,7 +337,7 @@ def check_priority_latency(ctx, devkey: str = "nullb") -> dict:
     dev = ctx[devkey]
     high = "--rw=randread --bs=4k --iodepth=4 --prioclass=2 --prio=1"
     low = "--rw=read --bs=128k --iodepth=16 --prioclass=2 --prio=7 --offset=1G"
-    runs = []
+    runs: list[dict] = []
     for rep in range(2):
         for sched in ("none", "prism"):
             g.set_scheduler(dev, sched)
@@ -449,8 +450,8 @@ def check_share_sweep(ctx) -> dict:
             f"--filename=/dev/{dev}", "--name=high", "--rw=randread", "--bs=4k",
             "--iodepth=16", "--prioclass=1", "--prio=0", "--size=1G"]
     lows = [f"low{gib}" for gib in (1, 2, 3)]
-    for name, gib in zip(lows, (1, 2, 3)):
-        args += [f"--name={name}", "--rw=read", "--bs=128k", "--iodepth=4",
+    for gib in (1, 2, 3):
+        args += [f"--name=low{gib}", "--rw=read", "--bs=128k", "--iodepth=4",
                  "--prioclass=2", "--prio=7", f"--offset={gib}G", "--size=512M"]
     rep = g.fio(args=args, timeout=300)
     ios = {name: job(rep, name)["ios"] for name in lows}

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import csv
 import gzip
+import itertools
 import json
 import math
 import statistics
+from collections.abc import Sequence
 from pathlib import Path
 
 PERCENTILES = {"p50": "50.000000", "p95": "95.000000", "p99": "99.000000",
@@ -88,7 +90,7 @@ def summarize(values: list[float]) -> dict:
     return {"n": n, "mean": mean, "sd": sd, "ci95": ci, "min": min(vals), "max": max(vals)}
 
 
-def paired_ratio(pairs: list[tuple[float, float]]) -> dict:
+def paired_ratio(pairs: Sequence[tuple[float | None, float | None]]) -> dict:
     """The ratio a/b of two schedulers measured in the same repetitions
     (each pair run back to back in one boot): the geometric mean of the
     per-repetition ratios with a 95% interval from the t distribution of
@@ -203,7 +205,7 @@ def job_record(job: dict) -> dict:
 def read_log(path: Path) -> list[tuple[float, float]]:
     """(seconds, value) per line of a fio per-interval log, directions
     summed per interval (IOPS) or averaged (latency) by the caller."""
-    out = []
+    out: list[tuple[float, float]] = []
     if not path.exists():
         return out
     for line in path.read_text().splitlines():
@@ -246,7 +248,7 @@ def read_hist_log(path: Path) -> list[tuple[float, list[int]]]:
     """(seconds, bin counts) per line of a fio --write_hist_log file
     (log_hist_coarseness 0): each line counts the completions of one
     interval and one direction."""
-    out = []
+    out: list[tuple[float, list[int]]] = []
     if not path.exists():
         return out
     for line in path.read_text().splitlines():
@@ -407,14 +409,14 @@ def trace_summary(path: Path) -> dict:
     media = sorted((r for r in rows if r["op"] == "destage"
                     or (r["op"] in ("read", "write") and r["cached"] == "0")),
                    key=lambda r: float(r["start_s"]))
-    out = {"commands": sum(1 for r in rows if r["op"] != "destage"),
+    out: dict[str, float] = {"commands": sum(1 for r in rows if r["op"] != "destage"),
            "media_ops": len(media),
            "cached_writes": sum(1 for r in rows if r["op"] == "write" and r["cached"] == "1"),
            "flushes": sum(1 for r in rows if r["op"] == "flush")}
     if not media:
         return out
     jumps, seq = [], 0
-    for prev, cur in zip(media, media[1:]):
+    for prev, cur in itertools.pairwise(media):
         gap = abs(int(cur["sector"]) - (int(prev["sector"]) + int(prev["sectors"])))
         jumps.append(gap * 512 / 1e6)
         seq += gap == 0

@@ -18,6 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from . import build, diskmodel, kernels, klog
@@ -255,7 +256,7 @@ exit "$rc"
 """
 
 
-def kernel_args(disks: list) -> list[str]:
+def kernel_args(disks: Sequence[Disk | ModelDisk]) -> list[str]:
     """The guest kernel parameters the disks need. A driver's module
     parameter (virtio_blk.queue_depth, nvme.io_queue_depth) holds for
     every disk of that driver, so two disks that want it different cannot
@@ -274,7 +275,7 @@ def kernel_args(disks: list) -> list[str]:
 
 
 def run(k: kernels.Kernel, command: str, *, ko: Path | None = None,
-        disks: list[Disk | ModelDisk] = (), memory: str = "2G", cpus: int = 2,
+        disks: Sequence[Disk | ModelDisk] = (), memory: str = "2G", cpus: int = 2,
         accel: str = "auto", timeout: float = 1800, rundir: Path | None = None,
         echo: bool = True) -> VmResult:
     """Boot @k, run @command (bash) in the guest, return what happened."""
@@ -294,8 +295,8 @@ def run(k: kernels.Kernel, command: str, *, ko: Path | None = None,
     qemu_opts = []
     for i, d in enumerate(disks):
         if isinstance(d, Disk) and not d.path.exists():
-            with open(d.path, "wb") as f:
-                f.truncate(d.size_mb << 20)
+            with open(d.path, "wb") as img:
+                img.truncate(d.size_mb << 20)
         qemu_opts.append(d.qemu_opts(i))
 
     cmd = ["vng", "--run", str(k.vmlinuz), "--force-9p", "--cpus", str(cpus),

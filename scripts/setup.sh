@@ -13,7 +13,7 @@ if [ "$(id -u)" != 0 ]; then
 fi
 
 export DEBIAN_FRONTEND=noninteractive
-APT_PACKAGES=(qemu-system-x86 kmod udev fio gcc make perl xz-utils pahole
+APT_PACKAGES=(qemu-system-x86 kmod udev fio gcc make perl xz-utils pahole dkms
 	busybox-static e2fsprogs util-linux procps gawk xfsprogs postgresql-15)
 
 missing=()

@@ -25,7 +25,7 @@ def fio_json():
 def test_job_record_matches_fio(fio_json):
     recs = stats.run_records(fio_json, DATA)
     assert [r["job"] for r in recs] == ["database_sim", "backup_sim"]
-    for rec, job in zip(recs, fio_json["jobs"]):
+    for rec, job in zip(recs, fio_json["jobs"], strict=True):
         rd = job["read"]
         assert rec["ios"] == rd["total_ios"] + job["write"]["total_ios"]
         # Throughput over the run's window (the longest job runtime): within

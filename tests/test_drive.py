@@ -1,14 +1,22 @@
 """The emulated drive's queueing (arrival order, NCQ, write cache, flush,
 SSD channels) in virtual time; and the parameter files."""
 
+import itertools
 import random
 import tomllib
 
 import pytest
 
 from prism import diskmodel
-from prism.diskmodel import (CloudModel, CloudProfile, HddModel, HddNcqProfile, HddProfile,
-                             SsdModel, SsdProfile)
+from prism.diskmodel import (
+    CloudModel,
+    CloudProfile,
+    HddModel,
+    HddNcqProfile,
+    HddProfile,
+    SsdModel,
+    SsdProfile,
+)
 from prism.drive import FLUSH, READ, WRITE, Command, Drive
 
 
@@ -48,7 +56,7 @@ def test_without_ncq_commands_are_served_in_arrival_order():
     done = drive.completed(10.0)
     assert [c.tag for c in done] == list(range(16))
     # One actuator: each starts when the one before it ended.
-    for a, b in zip(done, done[1:]):
+    for a, b in itertools.pairwise(done):
         assert b.start == pytest.approx(a.end)
 
 

@@ -54,7 +54,8 @@ def test_cache_is_outside_the_repo(monkeypatch, tmp_path):
     ("[   12.3] list_del corruption. prev->next should be ffff", "list corruption"),
 ])
 def test_klog_finds_problems(line, kind):
-    assert klog.problems("[    1.0] null_blk: module loaded\n" + line + "\n") == [(kind, line.strip())]
+    text = "[    1.0] null_blk: module loaded\n" + line + "\n"
+    assert klog.problems(text) == [(kind, line.strip())]
 
 
 def test_klog_clean_boot_log():

@@ -3,6 +3,7 @@ host: protocol, data, errors, the trace, and that replies leave when the
 model says (relative to the model's own service times, never absolute)."""
 
 import csv
+import itertools
 import os
 import random
 import signal
@@ -12,10 +13,9 @@ import time
 from pathlib import Path
 
 import pytest
+from nbdclient import Client
 
 from prism import nbd
-
-from nbdclient import Client
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -107,7 +107,7 @@ def test_replies_leave_when_the_model_says(server):
     rows = [r for r in trace_rows(tmp / "trace.csv") if r["op"] == "read"]
     service = [float(r["service_ms"]) / 1000 for r in rows]
     assert len(service) == 40
-    for lat, s in zip(latencies, service):
+    for lat, s in zip(latencies, service, strict=True):
         assert lat >= s * 0.999
     assert sum(service) <= elapsed <= 1.2 * sum(service)
 
@@ -125,7 +125,7 @@ def test_pipelined_requests_queue_in_the_drive(server):
     stop(proc)
     rows = [r for r in trace_rows(tmp / "trace.csv") if r["op"] == "read"]
     assert [int(r["sector"]) * 512 for r in rows] == offsets
-    for a, b in zip(rows, rows[1:]):
+    for a, b in itertools.pairwise(rows):
         assert float(b["start_s"]) == pytest.approx(float(a["end_s"]), abs=1e-6)
 
 
