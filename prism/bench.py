@@ -11,6 +11,8 @@ import shutil
 import stat
 import subprocess
 import sys
+import tarfile
+import tempfile
 import time
 import tomllib
 from pathlib import Path
@@ -260,15 +262,41 @@ def run_on_device(plan: dict, args) -> tuple[Path, list[dict]]:
     return out, report.collect(out, os.uname().release)
 
 
+RAW_ARCHIVE = "raw.tar.xz"
+
+
+def archive_raw(out: Path) -> None:
+    """Keep a report's raw runs as one compressed archive (thousands of
+    small files otherwise; a clone of the repository stays small);
+    rebuild() reads it back."""
+    raw = out / "raw"
+    if not raw.is_dir():
+        return
+    tmp = out / (RAW_ARCHIVE + ".tmp")
+    with tarfile.open(tmp, "w:xz") as tar:
+        for path in sorted(raw.rglob("*")):
+            tar.add(path, arcname=str(path.relative_to(out)), recursive=False)
+    tmp.rename(out / RAW_ARCHIVE)
+    shutil.rmtree(raw)
+
+
 def rebuild(out: Path) -> list[dict]:
     """Write a report directory's results.json, CSV, plots and report.md
-    again from its raw runs (raw/<kernel>/, or raw/ for a real device),
-    with the command and plan it recorded: after a change to the report
-    code, or after a run that failed part way (the manifest keeps the runs
-    measured until then)."""
+    again from its raw runs (raw/<kernel>/, or raw/ for a real device, or
+    the same inside raw.tar.xz), with the command and plan it recorded:
+    after a change to the report code, or after a run that failed part
+    way (the manifest keeps the runs measured until then)."""
+    if not (out / "raw").exists() and (out / RAW_ARCHIVE).exists():
+        with tempfile.TemporaryDirectory() as tmp:
+            with tarfile.open(out / RAW_ARCHIVE) as tar:
+                tar.extractall(tmp, filter="data")
+            return _rebuild(out, Path(tmp) / "raw")
+    return _rebuild(out, out / "raw")
+
+
+def _rebuild(out: Path, raw: Path) -> list[dict]:
     old = json.loads((out / "results.json").read_text()) if (out / "results.json").exists() \
         else {}
-    raw = out / "raw"
     dirs = [raw] if (raw / "manifest.json").exists() else \
         sorted(d for d in raw.glob("*") if (d / "manifest.json").exists())
     if not dirs:
@@ -306,6 +334,7 @@ def run(args, command: str | None = None) -> list[dict]:
             shutil.copytree(raw, dest)
             runs += got
     summaries = report.write_all(out, command, plan, runs)
+    archive_raw(out)
     print(report.headline(summaries, plan["workloads"][-1]))
     kernels.log(f"report: {out / 'report.md'} ({(time.monotonic() - started) / 60:.1f} min)")
     return summaries

@@ -227,6 +227,12 @@ def test_report_is_rebuilt_from_its_raw_runs(tmp_path):
     bench.rebuild(out)
     md = (out / "report.md").read_text()
     assert "rebuilt from the raw runs" in md and "| prism | database_sim | BE1 |" in md
+    # Kept as one archive, the report is rebuilt the same from it.
+    bench.archive_raw(out)
+    assert not (out / "raw").exists() and (out / bench.RAW_ARCHIVE).exists()
+    (out / "report.md").unlink()
+    bench.rebuild(out)
+    assert (out / "report.md").read_text() == md
     with pytest.raises(PrismError, match="no raw runs"):
         bench.rebuild(tmp_path / "empty")
 
