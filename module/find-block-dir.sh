@@ -14,10 +14,19 @@
 #   $PRISM_SOURCE_DIR/linux-source-X.Y_<version>_all.deb
 #                               the package file itself, not installed
 #                               (default directory: /usr/src)
+#
+# find-block-dir.sh --check KVER: only say (exit status 0 or 1, the reason
+# on stderr) whether a source is there, extracting nothing; dkms.conf
+# uses it to skip, rather than fail, a kernel whose source is missing.
 set -eu
 
-kver=${1:?usage: find-block-dir.sh KVER DEST}
-dest=${2:?usage: find-block-dir.sh KVER DEST}
+check=""
+if [ "${1:-}" = "--check" ]; then
+	check=1
+	shift
+fi
+kver=${1:?usage: find-block-dir.sh [--check] KVER DEST}
+dest=${2:-}
 me="prism-iosched"
 
 if [ -n "${PRISM_BLOCK_DIR:-}" ]; then
@@ -25,8 +34,12 @@ if [ -n "${PRISM_BLOCK_DIR:-}" ]; then
 		echo "$me: PRISM_BLOCK_DIR=$PRISM_BLOCK_DIR has no elevator.h" >&2
 		exit 1
 	fi
-	echo "$PRISM_BLOCK_DIR"
+	[ -n "$check" ] || echo "$PRISM_BLOCK_DIR"
 	exit 0
+fi
+if [ -z "$check" ] && [ -z "$dest" ]; then
+	echo "usage: find-block-dir.sh [--check] KVER DEST" >&2
+	exit 2
 fi
 
 # X.Y of the kernel, and the Debian version of the package it came in.
@@ -41,8 +54,8 @@ if [ -z "$series" ] || [ -z "$version" ]; then
 fi
 pkg="linux-source-$series"
 
-if [ -f "$dest/.version" ] && [ "$(cat "$dest/.version")" = "$version" ] &&
-	[ -f "$dest/block/elevator.h" ]; then
+if [ -z "$check" ] && [ -f "$dest/.version" ] &&
+	[ "$(cat "$dest/.version")" = "$version" ] && [ -f "$dest/block/elevator.h" ]; then
 	echo "$dest/block"
 	exit 0
 fi
@@ -60,6 +73,7 @@ else
 		"or put ${pkg}_${version}_all.deb in \$PRISM_SOURCE_DIR" >&2
 	exit 1
 fi
+[ -z "$check" ] || exit 0
 
 rm -rf "$dest"
 mkdir -p "$dest"

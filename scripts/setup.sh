@@ -14,6 +14,7 @@ fi
 
 export DEBIAN_FRONTEND=noninteractive
 APT_PACKAGES=(qemu-system-x86 kmod udev fio gcc make perl xz-utils pahole dkms
+	dpkg-dev debhelper dh-dkms lintian
 	busybox-static e2fsprogs util-linux procps gawk xfsprogs postgresql-15)
 
 missing=()
