@@ -19,7 +19,7 @@ from pathlib import Path
 
 from . import build, diskmodel, kernels, pgbench, report, stats, vm, workloads
 from .benchrun import MODEL_PROFILES, NULLB_PROFILES, parse_scheduler
-from .errors import PrismError
+from .errors import PrismError, UsageError
 from .guest import NVME_SERIAL, VIRTIO_SERIAL
 
 KNOWN_SCHEDULERS = ("none", "mq-deadline", "kyber", "bfq", "prism")
@@ -34,21 +34,21 @@ def parse_schedulers(text: str) -> list[str]:
     for item in [x.strip() for x in text.split(",") if x.strip()]:
         if "=" in item and ":" not in item:
             if not specs:
-                raise PrismError(f"tunable {item!r} comes before any scheduler")
+                raise UsageError(f"tunable {item!r} comes before any scheduler")
             specs[-1] += ("," if ":" in specs[-1] else ":") + item
         else:
             specs.append(item)
     for spec in specs:
         name, tunables = parse_scheduler(spec)
         if name not in KNOWN_SCHEDULERS:
-            raise PrismError(f"unknown scheduler {name!r}; known: {', '.join(KNOWN_SCHEDULERS)}")
+            raise UsageError(f"unknown scheduler {name!r}; known: {', '.join(KNOWN_SCHEDULERS)}")
         for key, val in tunables.items():
             if not key or val == "":
-                raise PrismError(f"bad tunable in {spec!r}: write NAME=VALUE")
+                raise UsageError(f"bad tunable in {spec!r}: write NAME=VALUE")
     if not specs:
-        raise PrismError("no scheduler named")
+        raise UsageError("no scheduler named")
     if len(set(specs)) != len(specs):
-        raise PrismError("a scheduler variant is named twice")
+        raise UsageError("a scheduler variant is named twice")
     return specs
 
 
@@ -109,17 +109,17 @@ def check_real_device(path: str, force: bool) -> None:
     """Refuse a device that is mounted, part of a mounted stack, or holds
     a filesystem or partition table, unless @force."""
     if os.geteuid() != 0:
-        raise PrismError(f"benchmarking {path} needs root (it writes scheduler settings "
+        raise UsageError(f"benchmarking {path} needs root (it writes scheduler settings "
                          "and reads raw blocks)")
     try:
         st = os.stat(path)
     except FileNotFoundError:
-        raise PrismError(f"{path} does not exist") from None
+        raise UsageError(f"{path} does not exist") from None
     if not stat.S_ISBLK(st.st_mode):
-        raise PrismError(f"{path} is not a block device")
+        raise UsageError(f"{path} is not a block device")
     name = _block_name(path)
     if not Path(f"/sys/block/{name}/queue/scheduler").exists():
-        raise PrismError(f"{path} has no I/O scheduler of its own (a partition?): "
+        raise UsageError(f"{path} has no I/O scheduler of its own (a partition?): "
                          "name the whole disk")
     related = _partitions(name) + _holders(name)
     for part in _partitions(name):
@@ -131,7 +131,7 @@ def check_real_device(path: str, force: bool) -> None:
         problems += [f"{path} has partitions or stacked devices: {', '.join(sorted(set(related)))}"]
     problems += [f"{path} carries a {s}" for s in signatures(path)]
     if problems and not force:
-        raise PrismError(f"refusing to benchmark {path}: " + "; ".join(problems)
+        raise UsageError(f"refusing to benchmark {path}: " + "; ".join(problems)
                          + ". The workloads write raw blocks only if a workload writes, "
                          "but this tool will not risk a device in use; pass --force to "
                          "run anyway")
@@ -150,11 +150,11 @@ def disk_profile(args) -> diskmodel.Profile:
         try:
             params = tomllib.loads(Path(path).read_text())
         except (OSError, tomllib.TOMLDecodeError) as e:
-            raise PrismError(f"{path}: {e}") from None
+            raise UsageError(f"{path}: {e}") from None
     try:
         return diskmodel.load_profile(args.device, params)
     except ValueError as e:
-        raise PrismError(f"{path or args.device}: {e}") from None
+        raise UsageError(f"{path or args.device}: {e}") from None
 
 
 def source_revision() -> str | None:
@@ -191,19 +191,19 @@ def validate(args) -> None:
     if not shutil.which("fio"):
         raise PrismError("fio not found (apt-get install fio)")
     if args.reps < 1 or args.runtime < 1 or args.ramp < 0:
-        raise PrismError("--reps and --runtime must be at least 1, --ramp at least 0")
+        raise UsageError("--reps and --runtime must be at least 1, --ramp at least 0")
     if not args.device.startswith("/") and args.device not in VM_PROFILES:
-        raise PrismError(f"unknown device {args.device!r}: a profile ("
+        raise UsageError(f"unknown device {args.device!r}: a profile ("
                          + ", ".join(VM_PROFILES) + ") or a /dev path")
     apps = [w.name for w in workloads.get(args.workload) if w.app]
     if apps and args.device in NULLB_PROFILES:
-        raise PrismError(f"{', '.join(apps)} need a device that keeps a database larger "
+        raise UsageError(f"{', '.join(apps)} need a device that keeps a database larger "
                          f"than the guest's memory: not {args.device} (use hdd, hdd-ncq, "
                          "cloud, ssd-model, virtio, nvme or a real device)")
     if apps and getattr(args, "pgbench_scale", 1) < 1:
-        raise PrismError("--pgbench-scale must be at least 1")
+        raise UsageError("--pgbench-scale must be at least 1")
     if getattr(args, "disk_params", None) and args.device not in MODEL_PROFILES:
-        raise PrismError("--disk-params is for the emulated drives: "
+        raise UsageError("--disk-params is for the emulated drives: "
                          + ", ".join(MODEL_PROFILES))
 
 
@@ -327,7 +327,7 @@ def run(args, command: str | None = None) -> list[dict]:
         raw, got = run_on_device(plan, args)
         runs += got
     else:
-        for k in [kernels.get(s) for s in args.kernel.split(",")]:
+        for k in kernels.parse(args.kernel):
             raw, got = run_in_vm(k, plan, args)
             dest = out / "raw" / k.series
             shutil.rmtree(dest, ignore_errors=True)

@@ -6,7 +6,6 @@
   prism vm --kernel 6.12 -- CMD     boot the kernel under QEMU, module at $PRISM_KO
   prism selftest --kernel 6.12      the in-VM check suite, one boot
   prism blktests --kernel 6.12      blktests' block tests with prism loaded, one boot
-  prism try --kernel 6.12           a short mixed-priority run: none vs prism
   prism bench run --workload W ...  the benchmark: workloads x schedulers x reps
   prism demo [--quick]              seed 000's database + backup, all five schedulers
   prism disk serve --profile hdd    serve the emulated disk over NBD (host side)
@@ -23,16 +22,14 @@ import tomllib
 from pathlib import Path
 
 from . import __version__, bench, blktests, build, diskmodel, kernels, nbd, pgbench, vm, workloads
-from .errors import PrismError
+from .errors import PrismError, UsageError
 from .guest import NVME_SERIAL, VIRTIO_SERIAL
 
 DEVICES = ("nullb", "virtio", "nvme") + tuple(diskmodel.PROFILES)
 
 
 def _kernels(arg: str) -> list[kernels.Kernel]:
-    if arg == "all":
-        return [kernels.KERNELS[s] for s in sorted(kernels.KERNELS)]
-    return [kernels.get(arg)]
+    return kernels.parse(arg)
 
 
 def selftest_disks(rundir: Path) -> list[vm.Disk | vm.ModelDisk]:
@@ -55,7 +52,7 @@ def cloud_check_disks(rundir: Path) -> list[vm.Disk | vm.ModelDisk]:
 
 def _disks(args, rundir: Path) -> list[vm.Disk | vm.ModelDisk]:
     if getattr(args, "disk_params", None) and args.device not in diskmodel.PROFILES:
-        raise PrismError("--disk-params goes with --device " + " or ".join(diskmodel.PROFILES))
+        raise UsageError("--disk-params goes with --device " + " or ".join(diskmodel.PROFILES))
     if args.device == "selftest":
         return selftest_disks(rundir)
     if args.device == "selftest-cloud":
@@ -88,10 +85,13 @@ def cmd_build(args) -> int:
 
 
 def cmd_checkpatch(args) -> int:
-    clean, report = build.run_checkpatch(kernels.get(args.kernel))
-    print(report)
-    kernels.log("checkpatch: clean" if clean else "checkpatch: problems found")
-    return 0 if clean else 1
+    status = 0
+    for k in _kernels(args.kernel):
+        clean, report = build.run_checkpatch(k)
+        print(report)
+        kernels.log(f"checkpatch ({k.series}'s): " + ("clean" if clean else "problems found"))
+        status |= 0 if clean else 1
+    return status
 
 
 def _run_vm(k, command, args, rundir=None) -> vm.VmResult:
@@ -123,12 +123,14 @@ def cmd_vm(args) -> int:
     if command.startswith("-- "):
         command = command[3:]
     if not command:
-        raise PrismError("nothing to run: prism vm --kernel K -- CMD")
-    res = _run_vm(kernels.get(args.kernel), command, args)
-    clean = _report_log(res)
-    if res.returncode == 0 and not clean:
-        return 125
-    return res.returncode if res.returncode >= 0 else 124
+        raise UsageError("nothing to run: prism vm --kernel K -- CMD")
+    status = 0
+    for k in _kernels(args.kernel):
+        res = _run_vm(k, command, args)
+        clean = _report_log(res)
+        rc = res.returncode if res.returncode >= 0 else 124
+        status = status or (125 if rc == 0 and not clean else rc)
+    return status
 
 
 def cmd_selftest(args) -> int:
@@ -177,47 +179,6 @@ def cmd_blktests(args) -> int:
     return status
 
 
-TRY_SCRIPT = r"""
-set -e
-modprobe null_blk queue_mode=2 hw_queue_depth=4 irqmode=2 completion_nsec=500000 \
-  submit_queues=1 poll_queues=0
-insmod "$PRISM_KO"
-mount -t debugfs none /sys/kernel/debug 2>/dev/null || true
-run() {
-  echo "$1" > /sys/block/nullb0/queue/scheduler
-  fio --direct=1 --ioengine=libaio --runtime=$2 --time_based --filename=/dev/nullb0 \
-      --output-format=json --output=try-$1.json --lat_percentiles=1 \
-      --name=database_sim --rw=randread --bs=4k --iodepth=4 --prioclass=2 --prio=1 \
-      --name=backup_sim --rw=read --bs=128k --iodepth=16 --prioclass=2 --prio=7 --offset=1G
-  python3 - "$1" <<'EOF'
-import json, sys
-r = json.load(open(f"try-{sys.argv[1]}.json"))
-# lat = submission + completion: under none much of the wait is in
-# submission (tag allocation), so clat alone would flatter it.
-for j in r["jobs"]:
-    c = j["read"]["lat_ns"]
-    print(f"{sys.argv[1]:>6} {j['jobname']:>13}: {j['read']['iops']:8.0f} IOPS  "
-          f"latency mean {c['mean']/1000:7.0f} us  P99 {c['percentile']['99.000000']/1000:7.0f} us")
-EOF
-}
-run none $SECONDS_PER_RUN
-run prism $SECONDS_PER_RUN
-echo "prism debugfs counters (/sys/kernel/debug/block/nullb0/sched/tiers):"
-cat /sys/kernel/debug/block/nullb0/sched/tiers
-echo none > /sys/block/nullb0/queue/scheduler
-rmmod prism_iosched
-"""
-
-
-def cmd_try(args) -> int:
-    k = kernels.get(args.kernel)
-    args.device = "nullb"
-    script = f"export SECONDS_PER_RUN={int(args.seconds)}\n" + TRY_SCRIPT
-    res = _run_vm(k, script, args)
-    clean = _report_log(res)
-    return 0 if res.returncode == 0 and clean else 1
-
-
 def cmd_bench_run(args) -> int:
     bench.run(args)
     return 0
@@ -258,15 +219,15 @@ def cmd_demo(args) -> int:
 
 
 def _disk_profile(args):
-    """--profile and --params of prism disk serve/params."""
+    """--profile and --disk-params of prism disk serve/params."""
     name = args.profile
-    if not name and args.params:
+    if not name and args.disk_params:
         try:
-            name = tomllib.loads(Path(args.params).read_text()).get("profile")
+            name = tomllib.loads(Path(args.disk_params).read_text()).get("profile")
         except (OSError, tomllib.TOMLDecodeError) as e:
-            raise PrismError(f"{args.params}: {e}") from None
+            raise UsageError(f"{args.disk_params}: {e}") from None
     return bench.disk_profile(argparse.Namespace(device=name or "hdd",
-                                                 disk_params=args.params))
+                                                 disk_params=args.disk_params))
 
 
 def cmd_disk_serve(args) -> int:
@@ -282,7 +243,8 @@ def cmd_disk_params(args) -> int:
 
 
 def _vm_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--kernel", default="6.12", help="6.1, 6.12 (default) or all")
+    p.add_argument("--kernel", default="6.12",
+                   help="6.1, 6.12 (default), a comma list or all")
     p.add_argument("--memory", default="2G", help="guest memory (default 2G)")
     p.add_argument("--cpus", type=int, default=2, help="guest CPUs (default 2)")
     p.add_argument("--accel", choices=("auto", "tcg", "kvm"), default="auto",
@@ -299,17 +261,20 @@ def parser() -> argparse.ArgumentParser:
     sub = ap.add_subparsers(dest="cmd", required=True)
 
     p = sub.add_parser("fetch", help="install a pinned kernel and extract its block/ headers")
-    p.add_argument("--kernel", default="6.12", help="6.1, 6.12 (default) or all")
+    p.add_argument("--kernel", default="6.12",
+                   help="6.1, 6.12 (default), a comma list or all")
     p.set_defaults(func=cmd_fetch)
 
     p = sub.add_parser("build", help="build prism-iosched.ko for a pinned kernel")
-    p.add_argument("--kernel", default="6.12", help="6.1, 6.12 (default) or all")
+    p.add_argument("--kernel", default="6.12",
+                   help="6.1, 6.12 (default), a comma list or all")
     p.add_argument("--no-fetch", action="store_true",
                    help="do not install or download anything")
     p.set_defaults(func=cmd_build)
 
     p = sub.add_parser("checkpatch", help="checkpatch.pl --no-tree -f on the module")
-    p.add_argument("--kernel", default="6.12", help="whose checkpatch.pl (default 6.12)")
+    p.add_argument("--kernel", default="6.12",
+                   help="whose checkpatch.pl: 6.1, 6.12 (default), a comma list or all")
     p.set_defaults(func=cmd_checkpatch)
 
     p = sub.add_parser("vm", help="boot a kernel under QEMU and run a command")
@@ -343,11 +308,6 @@ def parser() -> argparse.ArgumentParser:
                         "emulated HDD; cloud: the cloud volume's checks, in a boot of its own "
                         "(its queue depth cannot share a boot with the HDD's)")
     p.set_defaults(func=cmd_selftest)
-
-    p = sub.add_parser("try", help="a short database+backup run on null_blk: none vs prism")
-    _vm_options(p)
-    p.add_argument("--seconds", type=int, default=10, help="per scheduler (default 10)")
-    p.set_defaults(func=cmd_try)
 
     p = sub.add_parser("bench", help="benchmarks: prism bench run ..., prism bench list")
     bsub = p.add_subparsers(dest="bench_cmd", required=True)
@@ -388,7 +348,8 @@ def parser() -> argparse.ArgumentParser:
                                     "-drive file=nbd+unix:///?socket=PATH,format=raw,...")
     p.add_argument("--profile", choices=tuple(diskmodel.PROFILES),
                    help=", ".join(diskmodel.PROFILES) + " (default hdd)")
-    p.add_argument("--params", metavar="FILE", help="parameter file (TOML; see prism disk params)")
+    p.add_argument("--disk-params", metavar="FILE",
+                   help="parameter file (TOML; see prism disk params)")
     p.add_argument("--socket", required=True, help="Unix socket to listen on")
     p.add_argument("--backing", required=True,
                    help="file holding the data (created sparse at the model's capacity)")
@@ -398,7 +359,7 @@ def parser() -> argparse.ArgumentParser:
     p = dsub.add_parser("params", help="print a profile's parameter file")
     p.add_argument("--profile", choices=tuple(diskmodel.PROFILES),
                    help=", ".join(diskmodel.PROFILES) + " (default hdd)")
-    p.add_argument("--params", metavar="FILE", help="start from this file instead")
+    p.add_argument("--disk-params", metavar="FILE", help="start from this file instead")
     p.set_defaults(func=cmd_disk_params)
 
     p = sub.add_parser("demo", help="seed 000's database + backup across all five schedulers")
@@ -414,9 +375,14 @@ def main(argv=None) -> int:
     args = parser().parse_args(argv)
     try:
         return args.func(args)
-    except PrismError as e:
+    except UsageError as e:
+        # Bad arguments or input files: nothing was done (as argparse's 2).
         print(f"prism: error: {e}", file=sys.stderr)
         return 2
+    except PrismError as e:
+        # Something failed while working: a build, a boot, a download.
+        print(f"prism: error: {e}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         return 130
 

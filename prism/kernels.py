@@ -14,7 +14,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from .errors import PrismError
+from .errors import PrismError, UsageError
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,8 +59,15 @@ def get(series: str) -> Kernel:
     try:
         return KERNELS[series]
     except KeyError:
-        raise PrismError(f"unknown kernel {series!r}; supported: "
-                         + ", ".join(sorted(KERNELS))) from None
+        raise UsageError(f"unknown kernel {series!r}; supported: "
+                         + ", ".join(sorted(KERNELS)) + " (or all)") from None
+
+
+def parse(arg: str) -> list[Kernel]:
+    """--kernel's value: one series, a comma list, or "all"."""
+    if arg == "all":
+        return [KERNELS[s] for s in sorted(KERNELS)]
+    return [get(s.strip()) for s in arg.split(",") if s.strip()]
 
 
 def cache_dir() -> Path:

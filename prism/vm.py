@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from . import build, diskmodel, kernels, klog
-from .errors import PrismError
+from .errors import PrismError, UsageError
 from .guest import MODEL_SERIALS
 
 REPO = build.REPO
@@ -122,7 +122,7 @@ class ModelDisk:
         self.rundir.mkdir(parents=True, exist_ok=True)
         params = self.rundir / "disk-params.toml"
         params.write_text(diskmodel.to_toml(self.profile))
-        cmd = [sys.executable, "-m", "prism.cli", "disk", "serve", "--params", str(params),
+        cmd = [sys.executable, "-m", "prism.cli", "disk", "serve", "--disk-params", str(params),
                "--socket", str(self.socket), "--backing", str(self.backing)]
         if self.trace:
             cmd += ["--trace", str(self.trace_path)]
@@ -267,7 +267,7 @@ def kernel_args(disks: Sequence[Disk | ModelDisk]) -> list[str]:
         for arg in d.kernel_args() if hasattr(d, "kernel_args") else []:
             key, _, val = arg.partition("=")
             if wanted.get(key, val) != val:
-                raise PrismError(f"these disks cannot share a boot: they need {key}={wanted[key]} "
+                raise UsageError(f"these disks cannot share a boot: they need {key}={wanted[key]} "
                                  f"and {key}={val} (a module parameter holds for every disk "
                                  "of its driver)")
             wanted[key] = val

@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from .errors import PrismError
+from .errors import UsageError
 
 WORKLOAD_DIR = Path(__file__).resolve().parent / "jobs"
 
@@ -105,12 +105,12 @@ def get(names: str) -> list[Workload]:
         wanted = list(WORKLOADS)
     for name in wanted:
         if name not in WORKLOADS:
-            raise PrismError(f"unknown workload {name!r}; known: "
+            raise UsageError(f"unknown workload {name!r}; known: "
                              + ", ".join(sorted(WORKLOADS)))
         w = WORKLOADS[name]
         for dep in (w.baseline, w.name):
             if dep and WORKLOADS[dep] not in out:
                 out.append(WORKLOADS[dep])
     if not out:
-        raise PrismError("no workload named")
+        raise UsageError("no workload named")
     return out

@@ -82,8 +82,34 @@ def test_cli_has_one_entry_point():
     r = subprocess.run([sys.executable, "-m", "prism.cli", "--help"],
                        capture_output=True, text=True, cwd=REPO)
     assert r.returncode == 0
-    for sub in ("fetch", "build", "checkpatch", "vm", "selftest", "try"):
+    for sub in ("fetch", "build", "checkpatch", "vm", "selftest", "blktests", "bench", "disk",
+                "demo"):
         assert sub in r.stdout
+    version = subprocess.run([sys.executable, "-m", "prism.cli", "--version"],
+                             capture_output=True, text=True, cwd=REPO)
+    assert version.stdout.strip() == "prism " + (REPO / "module" / "VERSION").read_text().strip()
+
+
+def test_usage_errors_exit_2_and_failures_exit_1(capsys, monkeypatch):
+    # Bad input: nothing done, 2 (as argparse).
+    assert cli.main(["bench", "run", "--workload", "nope", "--device", "hdd",
+                     "--out", "/nonexistent"]) == 2
+    assert cli.main(["bench", "run", "--workload", "database_backup", "--schedulers", "noop",
+                     "--device", "hdd", "--out", "/nonexistent"]) == 2
+
+    # A failure while working: 1.
+    def broken(k):
+        raise cli.PrismError("module build for X failed")
+    monkeypatch.setattr(build, "build", broken)
+    assert cli.main(["selftest", "--kernel", "6.12"]) == 1
+    assert "module build for X failed" in capsys.readouterr().err
+
+
+def test_kernel_lists():
+    assert [k.series for k in kernels.parse("all")] == sorted(kernels.KERNELS)
+    assert [k.series for k in kernels.parse("6.12,6.1")] == ["6.12", "6.1"]
+    with pytest.raises(cli.UsageError, match="unknown kernel"):
+        kernels.parse("6.1,5.10")
 
 
 # The module build itself, for each supported kernel.

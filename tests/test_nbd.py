@@ -26,7 +26,7 @@ def server(tmp_path):
     params = tmp_path / "params.toml"
     params.write_text('profile = "hdd"\nqueue_depth = 4\n')
     proc = subprocess.Popen(
-        [sys.executable, "-m", "prism.cli", "disk", "serve", "--params", str(params),
+        [sys.executable, "-m", "prism.cli", "disk", "serve", "--disk-params", str(params),
          "--socket", str(sock), "--backing", str(tmp_path / "disk.img"),
          "--trace", str(tmp_path / "trace.csv")],
         stderr=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONPATH=str(REPO)))
@@ -132,7 +132,7 @@ def test_pipelined_requests_queue_in_the_drive(server):
 def test_bad_parameter_file_is_refused(tmp_path):
     params = tmp_path / "p.toml"
     params.write_text("rpm = -1\n")
-    r = subprocess.run([sys.executable, "-m", "prism.cli", "disk", "serve", "--params",
+    r = subprocess.run([sys.executable, "-m", "prism.cli", "disk", "serve", "--disk-params",
                         str(params), "--socket", str(tmp_path / "s"), "--backing",
                         str(tmp_path / "img")], capture_output=True, text=True,
                        env=dict(os.environ, PYTHONPATH=str(REPO)))
