@@ -13,7 +13,9 @@ if [ "$(id -u)" != 0 ]; then
 fi
 
 export DEBIAN_FRONTEND=noninteractive
-APT_PACKAGES=(qemu-system-x86 kmod udev fio gcc make perl xz-utils pahole dkms
+# python3 (3.11 on Debian 12) and pip for a minimal install; the rest for
+# the VMs, the module build and packaging, and the workloads.
+APT_PACKAGES=(python3 python3-pip qemu-system-x86 kmod udev fio gcc make perl xz-utils pahole dkms
 	dpkg-dev debhelper dh-dkms lintian
 	busybox-static e2fsprogs util-linux procps gawk xfsprogs postgresql-15)
 
@@ -35,7 +37,7 @@ if [ "${#missing[@]}" -gt 0 ]; then
 	apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
 
-echo "setup: installing the prism Python package"
+echo "setup: installing the prism Python package (editable, from this checkout)"
 # Debian's own python3 refuses pip installs (PEP 668) unless told otherwise.
 python3 -m pip install -q --root-user-action=ignore -e ".[test]" ||
 	python3 -m pip install -q --root-user-action=ignore --break-system-packages -e ".[test]"
