@@ -215,6 +215,16 @@ def with_database(plan: dict) -> dict:
     return dict(plan, pgbench_image=str(pgbench.image(plan["pgbench_scale"])))
 
 
+def boot_budget(plan: dict) -> float:
+    """Seconds a benchmark boot may take: every run's ramp and runtime
+    with room for its set-up (a fresh device, a database started and
+    stopped), and for writing the pgbench image: a 75-run plan outlived
+    the VM's default 30-minute limit and was killed at run 68."""
+    runs = len(plan["workloads"]) * len(plan["schedulers"]) * plan["reps"]
+    per_run = plan["runtime"] + plan["ramp"] + (60 if "pgbench_scale" in plan else 20)
+    return runs * per_run + 600
+
+
 def run_in_vm(k: kernels.Kernel, plan: dict, args) -> tuple[Path, list[dict]]:
     ko = build.build(k)
     rundir = vm.new_rundir()
@@ -234,7 +244,7 @@ def run_in_vm(k: kernels.Kernel, plan: dict, args) -> tuple[Path, list[dict]]:
                 f"runs in one boot; raw output in {rundir / 'bench'}")
     res = vm.run(k, "python3 -m prism.benchrun --plan plan.json --out bench", ko=ko,
                  disks=disks, memory="2G", rundir=rundir, accel=args.accel,
-                 timeout=args.timeout)
+                 timeout=max(args.timeout, boot_budget(plan)))
     probs = res.log_problems
     for kind, line in probs:
         print(f"prism: kernel log: {kind}: {line}", file=sys.stderr)
@@ -246,6 +256,7 @@ def run_in_vm(k: kernels.Kernel, plan: dict, args) -> tuple[Path, list[dict]]:
                          f"({rundir / 'dmesg.txt'})")
     if plan.get("trace"):
         stats.split_trace(rundir / plan["trace"], rundir / "bench")
+        stats.condense_traces(rundir / "bench")
     return rundir / "bench", report.collect(rundir / "bench", k.series)
 
 

@@ -251,7 +251,8 @@ def _vm_options(p: argparse.ArgumentParser) -> None:
                    help="auto (default): KVM if a probe boot works (cached per host "
                         "kernel), TCG otherwise; or force one")
     p.add_argument("--timeout", type=float, default=1800,
-                   help="kill the guest after this many seconds (default 1800)")
+                   help="kill the guest after this many seconds (default 1800; a benchmark "
+                        "boot gets at least what its plan needs)")
 
 
 def parser() -> argparse.ArgumentParser:

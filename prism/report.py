@@ -61,6 +61,8 @@ def collect(raw: Path, kernel: str) -> list[dict]:
         trace = stats.trace_file(rundir)
         if trace:
             run["drive"] = stats.trace_summary(trace)
+        elif (rundir / stats.DRIVE_SUMMARY).exists():
+            run["drive"] = json.loads((rundir / stats.DRIVE_SUMMARY).read_text())
         runs.append(run)
     return runs
 

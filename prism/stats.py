@@ -380,6 +380,18 @@ def trace_file(rundir: Path) -> Path | None:
     return None
 
 
+DRIVE_SUMMARY = "drive.json"
+
+
+def condense_traces(raw: Path) -> None:
+    """Replace each run's cut of the drive trace (a line per command: tens
+    of MB for a benchmark on a fast profile) by its trace_summary, which
+    is what the report uses."""
+    for trace in sorted(raw.glob("*/" + TRACE_NAME)):
+        (trace.parent / DRIVE_SUMMARY).write_text(json.dumps(trace_summary(trace)))
+        trace.unlink()
+
+
 def split_trace(trace: Path, raw: Path) -> None:
     """Give each run under @raw the lines of @trace it caused: benchrun
     noted the trace's size before and after each run (meta trace_bytes);

@@ -229,6 +229,9 @@ def _guest_pythonpath(rundir: Path) -> Path:
     shutil.rmtree(lib, ignore_errors=True)
     shutil.copytree(REPO / "prism", lib / "prism",
                     ignore=shutil.ignore_patterns("__pycache__"))
+    # prism.__version__ reads it beside the package.
+    (lib / "module").mkdir()
+    shutil.copy2(REPO / "module" / "VERSION", lib / "module" / "VERSION")
     return lib
 
 

@@ -461,6 +461,11 @@ def test_split_trace_gives_each_run_its_lines(tmp_path):
     assert got["000-a"][1:] == TRACE_LINES[:2]
     assert got["001-b"][1:] == TRACE_LINES[2:4]
     assert got["002-c"][1:] == TRACE_LINES[4:]
+    # Kept as each run's summary (what the report reads), not the lines.
+    want = stats.trace_summary(raw / "001-b" / stats.TRACE_NAME)
+    stats.condense_traces(raw)
+    assert not list(raw.glob("*/" + stats.TRACE_NAME))
+    assert json.loads((raw / "001-b" / stats.DRIVE_SUMMARY).read_text()) == want
 
 
 def test_machine_cpu_shares_and_table():
@@ -602,3 +607,11 @@ def test_priorities_within_a_job_are_reported_apart():
     text = "\n".join(report.prio_table(report.summarize(runs)))
     assert "| prism | database_mixed | RT0 | 200 | 0.09 | 0.30 |" in text
     assert "| prism | database_mixed | BE4 | 800 | 0.20 | 1.00 |" in text
+
+
+def test_a_long_plan_gets_the_time_it_needs():
+    plan = {"workloads": ["a", "b", "c"], "schedulers": ["x"] * 5, "reps": 5,
+            "runtime": 20, "ramp": 2}
+    # 75 runs of 22 s and their set-up: far beyond the VM's default 1800 s.
+    assert bench.boot_budget(plan) == 75 * 42 + 600
+    assert bench.boot_budget(dict(plan, pgbench_scale=200)) == 75 * 82 + 600
