@@ -200,8 +200,10 @@ def run_pgbench(run: dict, device: Device, plan: dict, rundir: Path, workload) -
         raise SystemExit(f"bench: pgbench failed in run {rundir.name}: {out.strip()[-800:]}")
     if backup and backup.error:
         raise SystemExit(f"bench: pg_basebackup failed in run {rundir.name}: {backup.error}")
-    start = t0 + ramp
     rows = pgbench.read_logs(rundir / "pgbench")
+    # pgbench's -T counts from when its clients are connected, which under
+    # TCG can be a second after it was started: measure from there.
+    start = pgbench.first_start(rows, t0) + ramp
     jobs = [pgbench.pgbench_record(rows, start, start + runtime)]
     if backup:
         jobs.append(pgbench.backup_record(backup.received, start, start + runtime,

@@ -263,6 +263,12 @@ def parse_log(lines) -> list[tuple[float, float]]:
     return out
 
 
+def first_start(rows: list[tuple[float, float]], default: float) -> float:
+    """When the first logged transaction began (its completion less its
+    latency): where pgbench's own -T starts counting; @default if none."""
+    return min((t - lat / 1e6 for t, lat in rows), default=default)
+
+
 def read_logs(prefix: Path) -> list[tuple[float, float]]:
     """All of a run's logs: pgbench writes PREFIX.PID and, with several
     threads, PREFIX.PID.N."""

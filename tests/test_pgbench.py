@@ -94,3 +94,9 @@ def test_report_of_pgbench_runs(tmp_path):
     # P99 of the 200 in the window: 1000 + 10 + 197 us alone, 2207 us beside.
     assert iso and "| 1.83 ± 0.00 |" in iso[0], iso
     assert (tmp_path / "6.12-pgbench_backup-bars.png").exists()
+
+
+def test_the_window_starts_with_the_first_transaction():
+    rows = [(10.5, 200_000.0), (10.6, 100_000.0), (11.0, 50_000.0)]
+    assert pgbench.first_start(rows, 5.0) == pytest.approx(10.3)
+    assert pgbench.first_start([], 5.0) == 5.0
