@@ -149,6 +149,44 @@ def run_one(run: dict, device: Device, plan: dict, rundir: Path) -> dict:
             g.sh(f"umount {MOUNTPOINT}", check=False)
 
 
+class RunMarks:
+    """What a run is measured against: the device's and the machine's
+    counters and the drive trace's size at its start (start()), the same
+    counters at its end (stop()), and the run's meta.json made of them
+    (write_meta())."""
+
+    def __init__(self, device: Device, plan: dict):
+        self.before = device.stat()
+        self.cpu_before = cpu_times()
+        self.trace = Path(plan["trace"]) if plan.get("trace") else None
+        self.trace_from = self.trace.stat().st_size if self.trace else 0
+        self.t0 = time.monotonic()
+        self.wall = 0.0
+        self.after: list[int] = []
+        self.cpu: dict = {}
+
+    def stop(self, device: Device) -> None:
+        self.wall = time.monotonic() - self.t0
+        self.after = device.stat()
+        self.cpu = cpu_shares(self.cpu_before, cpu_times())
+
+    def write_meta(self, run: dict, device: Device, rundir: Path, **extra) -> dict:
+        # Field 10 of /sys/block/<dev>/stat: milliseconds the device was busy.
+        busy_ms = self.after[9] - self.before[9]
+        util = min(1.0, busy_ms / (self.wall * 1000)) if self.wall > 0 else 0.0
+        meta = dict(run, device=device.dev, profile=device.profile,
+                    wall_s=round(self.wall, 2), device_util=round(util, 4), cpu_all=self.cpu,
+                    kernel=os.uname().release, **extra)
+        if self.trace:
+            # Where this run's lines are in the drive's trace (the host
+            # cuts them out after the boot).
+            meta["trace_bytes"] = [self.trace_from, self.trace.stat().st_size]
+        if parse_scheduler(run["scheduler"])[0] == "prism":
+            meta["prism_tiers"] = g.prism_tiers(device.name)
+        (rundir / "meta.json").write_text(json.dumps(meta, indent=1))
+        return meta
+
+
 _database: pgbench.Database | None = None
 
 
@@ -167,10 +205,8 @@ def run_pgbench(run: dict, device: Device, plan: dict, rundir: Path, workload) -
     _database.start(device.dev)
     backup = fio = None
     try:
-        before, cpu_before = device.stat(), cpu_times()
-        trace = Path(plan["trace"]) if plan.get("trace") else None
-        trace_from = trace.stat().st_size if trace else 0
-        t0 = time.time()
+        marks = RunMarks(device, plan)
+        t0 = time.time()        # epoch seconds, as pgbench's log has them
         if workload.companion == "basebackup":
             backup = pgbench.Backup(_database)
             backup.start()
@@ -189,9 +225,7 @@ def run_pgbench(run: dict, device: Device, plan: dict, rundir: Path, workload) -
             _, err = fio.communicate(timeout=ramp + runtime + 300)
             if fio.returncode:
                 raise SystemExit(f"bench: fio failed in run {rundir.name}: {err.strip()[-800:]}")
-        wall = time.time() - t0
-        after = device.stat()
-        cpu = cpu_shares(cpu_before, cpu_times())
+        marks.stop(device)
     finally:
         if backup and backup.is_alive():
             backup.stop()
@@ -215,17 +249,9 @@ def run_pgbench(run: dict, device: Device, plan: dict, rundir: Path, workload) -
     for log in rundir.glob("pgbench.*"):
         if log.name != "pgbench.txt":
             log.unlink()
-    util = min(1.0, (after[9] - before[9]) / (wall * 1000)) if wall > 0 else 0.0
-    meta = dict(run, device=device.dev, profile=device.profile, wall_s=round(wall, 2),
-                device_util=round(util, 4), cpu_all=cpu, kernel=os.uname().release,
-                transactions_logged=len(rows), backups=backup.backups if backup else None,
-                backup_walsenders=len(backup.reprioritised) if backup else None)
-    if trace:
-        meta["trace_bytes"] = [trace_from, trace.stat().st_size]
-    if parse_scheduler(run["scheduler"])[0] == "prism":
-        meta["prism_tiers"] = g.prism_tiers(device.name)
-    (rundir / "meta.json").write_text(json.dumps(meta, indent=1))
-    return meta
+    return marks.write_meta(run, device, rundir, transactions_logged=len(rows),
+                            backups=backup.backups if backup else None,
+                            backup_walsenders=len(backup.reprioritised) if backup else None)
 
 
 def cpu_times() -> list[int]:
@@ -249,35 +275,18 @@ def cpu_shares(before: list[int], after: list[int]) -> dict:
 
 def _measure(run: dict, device: Device, plan: dict, rundir: Path, env: dict,
              workload) -> dict:
-    before = device.stat()
-    cpu_before = cpu_times()
-    trace = Path(plan["trace"]) if plan.get("trace") else None
-    trace_from = trace.stat().st_size if trace else 0
-    t0 = time.monotonic()
+    marks = RunMarks(device, plan)
     cmd = ["fio", "--output-format=json", f"--output={rundir / 'fio.json'}",
            f"--write_lat_log={rundir / 'log'}", f"--write_iops_log={rundir / 'log'}",
            "--log_avg_msec=1000", f"--write_hist_log={rundir / 'log'}",
            "--log_hist_msec=1000", str(workload.jobfile)]
     r = subprocess.run(cmd, env=env, text=True, capture_output=True,
                        timeout=plan["runtime"] + plan["ramp"] + 300)
-    wall = time.monotonic() - t0
-    after = device.stat()
-    cpu = cpu_shares(cpu_before, cpu_times())
+    marks.stop(device)
     if r.returncode:
         raise SystemExit(f"bench: fio failed in run {rundir.name}: {r.stderr.strip()[-800:]}")
     stats.condense_hist_logs(json.loads((rundir / "fio.json").read_text()), rundir)
-    # Field 10 of /sys/block/<dev>/stat: milliseconds the device was busy.
-    util = min(1.0, (after[9] - before[9]) / (wall * 1000)) if wall > 0 else 0.0
-    meta = dict(run, device=device.dev, profile=device.profile, wall_s=round(wall, 2),
-                device_util=round(util, 4), cpu_all=cpu, kernel=os.uname().release)
-    if trace:
-        # Where this run's lines are in the drive's trace (the host cuts
-        # them out after the boot).
-        meta["trace_bytes"] = [trace_from, trace.stat().st_size]
-    if parse_scheduler(run["scheduler"])[0] == "prism":
-        meta["prism_tiers"] = g.prism_tiers(device.name)
-    (rundir / "meta.json").write_text(json.dumps(meta, indent=1))
-    return meta
+    return marks.write_meta(run, device, rundir)
 
 
 def schedule(plan: dict) -> list[dict]:

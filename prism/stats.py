@@ -291,17 +291,25 @@ def p99_per_second(entries: list[tuple[float, list[int]]]) -> list[tuple[int, fl
 P99_SERIES = "p99_series.json"
 
 
-def condense_hist_logs(fio_json: dict, rundir: Path) -> None:
-    """Replace a run's histogram logs (a few KB per job and second) by
-    P99_SERIES: each job's per-second completion-latency P99, its clones
-    merged bin by bin, as run_records numbers the logs."""
-    series = {}
+def job_logs(fio_json: dict):
+    """(job, numbers of its per-second logs) for each job of a fio run.
+    Logs are numbered by job in creation order (log_lat.1.log is the
+    first job); a JSON entry that group_reporting made of numjobs clones
+    covers that many consecutive logs."""
     first = 1
     for job in fio_json["jobs"]:
         clones = int(job.get("job options", {}).get("numjobs", 1))
-        paths = [rundir / f"log_clat_hist.{i}.log" for i in range(first, first + clones)]
+        yield job, range(first, first + clones)
         first += clones
-        entries = [e for p in paths for e in read_hist_log(p)]
+
+
+def condense_hist_logs(fio_json: dict, rundir: Path) -> None:
+    """Replace a run's histogram logs (a few KB per job and second) by
+    P99_SERIES: each job's per-second completion-latency P99, its clones
+    merged bin by bin."""
+    series = {}
+    for job, logs in job_logs(fio_json):
+        entries = [e for i in logs for e in read_hist_log(rundir / f"log_clat_hist.{i}.log")]
         if entries:
             series[job["jobname"]] = p99_per_second(entries)
     (rundir / P99_SERIES).write_text(json.dumps(series))
@@ -333,18 +341,15 @@ def common_window(recs: list[dict]) -> None:
 
 
 def run_records(fio_json: dict, rundir: Path | None = None) -> list[dict]:
-    """Job records of one run, with per-second series when logs exist,
-    throughput over the run's common window (see common_window).
-    Logs are numbered by job in creation order (log_lat.1.log is the first
-    job); a JSON entry that group_reporting made of numjobs clones covers
-    that many consecutive logs, summed (IOPS) or averaged (latency)."""
+    """Job records of one run, with per-second series when logs exist
+    (a job's clones' logs summed for IOPS, averaged for latency; see
+    job_logs), throughput over the run's common window (see
+    common_window)."""
     recs = []
-    first = 1
-    for job in fio_json["jobs"]:
+    p99_file = rundir / P99_SERIES if rundir is not None else None
+    p99 = json.loads(p99_file.read_text()) if p99_file and p99_file.exists() else {}
+    for job, logs in job_logs(fio_json):
         rec = job_record(job)
-        clones = int(job.get("job options", {}).get("numjobs", 1))
-        logs = range(first, first + clones)
-        first += clones
         if rundir is not None:
             iops = per_second([p for i in logs
                                for p in read_log(rundir / f"log_iops.{i}.log")], "sum")
@@ -352,11 +357,8 @@ def run_records(fio_json: dict, rundir: Path | None = None) -> list[dict]:
                               for p in read_log(rundir / f"log_lat.{i}.log")], "mean")
             rec["iops_series"] = iops
             rec["lat_series_us"] = [(t, v / 1000) for t, v in lat]
-            p99 = rundir / P99_SERIES
-            if p99.exists():
-                series = json.loads(p99.read_text()).get(rec["job"])
-                if series:
-                    rec["clat_p99_series_us"] = [tuple(x) for x in series]
+            if p99.get(rec["job"]):
+                rec["clat_p99_series_us"] = [tuple(x) for x in p99[rec["job"]]]
             # Starvation: the worst whole second of the run (not the last,
             # partial one) for this job.
             full = [v for _, v in iops[:-1]] if len(iops) > 1 else [v for _, v in iops]
