@@ -38,6 +38,9 @@ void prism_tunables_init(struct prism_tunables *t, unsigned int hz)
 	t->share[PRISM_HIGH] = 0;
 	t->share[PRISM_NORMAL] = 25;
 	t->share[PRISM_LOW] = 10;
+	/* In-flight control: both derived from what the device shows. */
+	t->anticipate = PRISM_AUTO;
+	t->target = 0;
 }
 
 bool prism_tunables_valid(const struct prism_tunables *t)
@@ -45,7 +48,8 @@ bool prism_tunables_valid(const struct prism_tunables *t)
 	/* The two BE cut-offs may not cross: a level is in exactly one tier. */
 	return t->be_high_max >= -1 && t->be_high_max < t->be_low_min &&
 	       t->be_low_min <= 8 && t->share[PRISM_NORMAL] <= PRISM_SHARE_MAX &&
-	       t->share[PRISM_LOW] <= PRISM_SHARE_MAX;
+	       t->share[PRISM_LOW] <= PRISM_SHARE_MAX &&
+	       t->anticipate >= PRISM_AUTO;
 }
 
 void prism_batch_reset(struct prism_batch *b)
@@ -117,6 +121,31 @@ static int oldest_dir(const struct prism_tier_view *v)
 	return PRISM_READ;
 }
 
+/* Requests in flight from @tier and the tiers below it. */
+static u32 inflight_from(const struct prism_tier_view view[PRISM_NR_TIERS],
+			 int tier)
+{
+	u32 n = 0;
+
+	for (; tier < PRISM_NR_TIERS; tier++)
+		n += view[tier].inflight;
+	return n;
+}
+
+/*
+ * Whether one more request of @tier, below an active tier, may enter the
+ * device: not while the device is full (a request handed out then waits
+ * for a driver tag, where a higher tier's next request could not pass
+ * it; requests that bypass the scheduler, such as flushes, count), nor
+ * while @tier and those below already hold lower_limit.
+ */
+static bool depth_allows(const struct prism_tier_view view[PRISM_NR_TIERS],
+			 int tier, const struct prism_flight *f)
+{
+	return inflight_from(view, 0) + f->foreign < f->depth &&
+	       inflight_from(view, tier) < f->lower_limit;
+}
+
 /*
  * Shares: a tier below @first that is owed a dispatch (its credit has
  * reached 100 - share), the lowest first since it has the least. Served
@@ -125,7 +154,8 @@ static int oldest_dir(const struct prism_tier_view *v)
  */
 static bool pick_share(const struct prism_tier_view view[PRISM_NR_TIERS],
 		       int first, const struct prism_batch *b,
-		       const struct prism_tunables *t, unsigned long now,
+		       const struct prism_tunables *t,
+		       const struct prism_flight *f, unsigned long now,
 		       struct prism_choice *c)
 {
 	int tier;
@@ -134,7 +164,8 @@ static bool pick_share(const struct prism_tier_view view[PRISM_NR_TIERS],
 		u32 share = t->share[tier];
 
 		if (!share || !tier_queued(&view[tier]) ||
-		    b->credit[tier] < PRISM_SHARE_UNIT - share)
+		    b->credit[tier] < PRISM_SHARE_UNIT - share ||
+		    !depth_allows(view, tier, f))
 			continue;
 		c->tier = tier;
 		c->dir = oldest_dir(&view[tier]);
@@ -173,24 +204,43 @@ static void account_shares(const struct prism_tier_view view[PRISM_NR_TIERS],
 	}
 }
 
+/* A tier that holds the device for the tiers below it. */
+static bool tier_active(const struct prism_tier_view *v)
+{
+	return tier_queued(v) || v->inflight || v->anticipated || v->flushing;
+}
+
 /*
  * Choose the tier, direction and request to dispatch next. Returns false
- * when every tier is empty. Order: aged lower-tier requests, then a lower
- * tier owed its share, then the highest non-empty tier; inside a tier,
+ * when nothing may be dispatched; *hold then says whether requests are
+ * held back, and why. Order: aged lower-tier requests, then a lower tier
+ * owed its share, then the highest non-empty tier; inside a tier,
  * mq-deadline's rules: continue the current batch in sort order up to
  * fifo_batch, otherwise start a new one, preferring reads unless writes
  * have been passed over writes_starved times, and starting from the FIFO
  * head when it has expired.
+ *
+ * A tier above the highest non-empty one may still be active: requests
+ * in flight, or anticipated (its next link is due within the window).
+ * Below an anticipated tier nothing is dispatched in its own right; below
+ * one in flight only within the device's depth and lower_limit. Shares
+ * pass the window, since a share is what bounds the wait of the tiers
+ * below, but not the depth; aging passes both.
  */
 bool prism_choose(const struct prism_tier_view view[PRISM_NR_TIERS],
 		  struct prism_batch *b, const struct prism_tunables *t,
-		  unsigned long now, struct prism_choice *c)
+		  const struct prism_flight *f, unsigned long now,
+		  struct prism_choice *c, enum prism_hold *hold)
 {
 	const struct prism_tier_view *v;
-	int tier, dir;
+	int tier, guard, dir;
 	bool reads, writes;
 
-	for (tier = 0; tier < PRISM_NR_TIERS; tier++)
+	*hold = PRISM_HOLD_NONE;
+	for (guard = 0; guard < PRISM_NR_TIERS; guard++)
+		if (tier_active(&view[guard]))
+			break;
+	for (tier = guard; tier < PRISM_NR_TIERS; tier++)
 		if (tier_queued(&view[tier]))
 			break;
 	if (tier == PRISM_NR_TIERS)
@@ -200,13 +250,28 @@ bool prism_choose(const struct prism_tier_view view[PRISM_NR_TIERS],
 	c->shared = false;
 	c->expired = false;
 
-	if (pick_aged(view, tier, t, now, c) ||
-	    pick_share(view, tier, b, t, now, c)) {
+	if (pick_aged(view, guard, t, now, c) ||
+	    pick_share(view, guard, b, t, f, now, c)) {
 		/* One request out of turn; then arbitrate afresh. */
 		account_shares(view, b, t, c);
 		b->tier = -1;
 		b->count = 0;
 		return true;
+	}
+
+	if (guard < tier) {
+		int above;
+
+		for (above = guard; above < tier; above++) {
+			if (view[above].anticipated) {
+				*hold = PRISM_HOLD_WINDOW;
+				return false;
+			}
+		}
+		if (!depth_allows(view, tier, f)) {
+			*hold = PRISM_HOLD_DEPTH;
+			return false;
+		}
 	}
 
 	v = &view[tier];
@@ -373,4 +438,140 @@ u32 prism_word_depth(u32 depth, u32 sb_depth, u32 shift)
 			d = beyond;
 	}
 	return d ? d : 1;
+}
+
+void prism_think_sample(struct prism_think *th, u64 now)
+{
+	u64 think;
+
+	if (!th->last_done)
+		return;
+	think = now > th->last_done ? now - th->last_done : 0;
+	if (think > PRISM_THINK_CAP)
+		think = PRISM_THINK_CAP;
+	if (th->samples < PRISM_THINK_SAMPLES)
+		th->samples++;
+	/* The first samples weigh 1/1, 1/2, ...: no bias towards zero. */
+	if (think >= th->mean)
+		th->mean += (think - th->mean) / th->samples;
+	else
+		th->mean -= (th->mean - think) / th->samples;
+}
+
+static void ewma(u64 *mean, u64 sample)
+{
+	if (sample >= *mean)
+		*mean += (sample - *mean) / 8;
+	else
+		*mean -= (*mean - sample) / 8;
+}
+
+void prism_depth_init(struct prism_depth_ctl *d, u32 depth)
+{
+	d->limit = depth ? depth : 1;
+	d->solo_samples = 0;
+	d->solo = 0;
+	d->lat = 0;
+	d->last_cut = 0;
+	d->last_sample = 0;
+	d->cuts = 0;
+	d->bulk = 0;
+	d->bulk_samples = 0;
+}
+
+void prism_bulk_sample(struct prism_depth_ctl *d, u64 service)
+{
+	if (!d->bulk_samples)
+		d->bulk = service;
+	else
+		ewma(&d->bulk, service);
+	if (d->bulk_samples < PRISM_THINK_SAMPLES)
+		d->bulk_samples++;
+}
+
+/* Lift the limit once the higher tiers have been quiet a while. */
+void prism_depth_idle(struct prism_depth_ctl *d, u64 now, u32 depth)
+{
+	if (d->limit != depth &&
+	    (!d->last_sample || now - d->last_sample > PRISM_DEPTH_QUIET))
+		d->limit = depth ? depth : 1;
+}
+
+/* The device time a higher tier's request should keep to; 0: none yet. */
+u64 prism_depth_target(const struct prism_depth_ctl *d,
+		       const struct prism_tunables *t)
+{
+	if (t->target)
+		return t->target;
+	if (d->solo_samples < PRISM_THINK_MIN)
+		return 0;
+	return 2 * d->solo;
+}
+
+/*
+ * One higher-tier completion with device time @lat; @solo if nothing of a
+ * lower tier was in flight when it was dispatched. Additive increase,
+ * multiplicative decrease, as TCP's congestion window: the limit settles
+ * where the higher tier's requests just keep to the target.
+ */
+void prism_depth_sample(struct prism_depth_ctl *d,
+			const struct prism_tunables *t, u64 lat, bool solo,
+			u64 now, u32 depth)
+{
+	u64 target;
+
+	if (!depth)
+		depth = 1;
+	if (solo) {
+		if (!d->solo_samples)
+			d->solo = lat;
+		else
+			ewma(&d->solo, lat);
+		if (d->solo_samples < PRISM_THINK_SAMPLES)
+			d->solo_samples++;
+	}
+	ewma(&d->lat, lat);
+	d->last_sample = now;
+	if (d->limit > depth)
+		d->limit = depth;
+
+	target = prism_depth_target(d, t);
+	if (!target)
+		return;
+	if (lat > target) {
+		if (d->last_cut && now - d->last_cut < target)
+			return;
+		d->last_cut = now;
+		d->cuts++;
+		d->limit -= d->limit >= 4 ? d->limit / 4 : 1;
+		if (!d->limit)
+			d->limit = 1;
+	} else if (d->limit < depth) {
+		d->limit++;
+	}
+}
+
+/*
+ * The anticipation window: the tunable, or automatically the service time
+ * of a LOW request on an idle device, within 0.5-20 ms. That is the break
+ * even: waiting W for the next link costs the tiers below at most W of
+ * device time, while not waiting costs the link one LOW request's
+ * service. Before any measurement bfq's slice_idle (8 ms) on rotational
+ * media and 1 ms on flash.
+ */
+u64 prism_window(const struct prism_depth_ctl *d,
+		 const struct prism_tunables *t, bool rotational)
+{
+	u64 w;
+
+	if (t->anticipate != PRISM_AUTO)
+		return (u64)t->anticipate;
+	if (d->bulk_samples < PRISM_THINK_MIN)
+		return rotational ? 8000000ULL : 1000000ULL;
+	w = d->bulk;
+	if (w < PRISM_WINDOW_MIN)
+		w = PRISM_WINDOW_MIN;
+	if (w > PRISM_WINDOW_MAX)
+		w = PRISM_WINDOW_MAX;
+	return w;
 }

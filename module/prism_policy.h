@@ -22,6 +22,7 @@
 #include <stdint.h>
 typedef uint8_t u8;
 typedef uint32_t u32;
+typedef int64_t s64;
 typedef uint64_t u64;
 #endif
 
@@ -74,7 +75,19 @@ struct prism_tunables {
 	 * priority and aging only). Indexed by tier; HIGH's is unused.
 	 */
 	u32 share[PRISM_NR_TIERS];
+	/*
+	 * In-flight control, in nanoseconds. anticipate: how long after a
+	 * completion a tier whose next request comes quickly keeps the
+	 * tiers below it out of the device (0: never; PRISM_AUTO: from the
+	 * device's measured service time, see prism_window()). target: the
+	 * device time a higher tier's request may take before the tiers
+	 * below it get fewer requests in flight (0: twice its time alone).
+	 */
+	s64 anticipate;
+	u64 target;
 };
+
+#define PRISM_AUTO		(-1)
 
 /* What one FIFO of one tier holds, as the mechanism reports it. */
 struct prism_fifo_view {
@@ -84,6 +97,21 @@ struct prism_fifo_view {
 
 struct prism_tier_view {
 	struct prism_fifo_view dir[PRISM_NR_DIRS];
+	u32 inflight;		/* dispatched, not yet completed */
+	bool anticipated;	/* its next request is expected at once */
+	/*
+	 * A request the scheduler never saw (a flush, which both kernels
+	 * route past the elevator) is in the device within this tier's
+	 * window: most likely its chain's, so the tier counts as active.
+	 */
+	bool flushing;
+};
+
+/* What the device holds, for the in-flight control of lower tiers. */
+struct prism_flight {
+	u32 depth;		/* requests the driver accepts at once */
+	u32 lower_limit;	/* in flight allowed below an active tier */
+	u32 foreign;		/* in the device but not from prism (flushes) */
 };
 
 /*
@@ -116,6 +144,13 @@ struct prism_choice {
 	bool aged;		/* a lower tier served ahead of a busier higher one */
 	bool shared;		/* the same, because the tier was owed its share */
 	bool expired;		/* the FIFO head had passed its deadline */
+};
+
+/* Why prism_choose() dispatched nothing although requests are queued. */
+enum prism_hold {
+	PRISM_HOLD_NONE = 0,	/* nothing queued, or not held */
+	PRISM_HOLD_WINDOW = 1,	/* a higher tier is anticipated */
+	PRISM_HOLD_DEPTH = 2,	/* the device or the lower limit is full */
 };
 
 /* Per-stream sequential detector; a stream is one submitting process. */
@@ -168,7 +203,8 @@ void prism_batch_reset(struct prism_batch *b);
 
 bool prism_choose(const struct prism_tier_view view[PRISM_NR_TIERS],
 		  struct prism_batch *b, const struct prism_tunables *t,
-		  unsigned long now, struct prism_choice *c);
+		  const struct prism_flight *f, unsigned long now,
+		  struct prism_choice *c, enum prism_hold *hold);
 
 void prism_note_dispatch(struct prism_batch *b, const struct prism_tunables *t,
 			 bool sorted, bool sequential);
@@ -240,5 +276,82 @@ static inline enum prism_tier prism_alloc_tier(u32 key, u32 pid,
 		return fallback;
 	return (enum prism_tier)tier;
 }
+
+/*
+ * Think time: how soon a tier issues its next request after its last one
+ * completed, measured when a request arrives while the tier owns none
+ * (the next link of a chain of dependent I/Os). An exponentially weighted
+ * mean (weight 1/8 once PRISM_THINK_SAMPLES are in), each sample capped
+ * at PRISM_THINK_CAP: a tier that went quiet counts as slow, not as
+ * infinitely slow, so it is judged quick again after a few short gaps.
+ */
+#define PRISM_THINK_SAMPLES	8
+#define PRISM_THINK_MIN		3	/* samples before anticipating */
+#define PRISM_THINK_CAP		100000000ULL	/* 100 ms */
+
+struct prism_think {
+	u64 last_done;		/* ns of the tier's last completion, 0: none */
+	u64 mean;		/* ns */
+	u32 samples;
+};
+
+void prism_think_sample(struct prism_think *th, u64 now);
+
+/*
+ * Whether a tier is anticipated at @now: it completed a request less than
+ * @window ago and its think time is within the window, so its next
+ * request is likely before the window closes. Never for a window of 0.
+ */
+static inline bool prism_anticipated(const struct prism_think *th, u64 now,
+				     u64 window)
+{
+	return window && th->last_done && th->samples >= PRISM_THINK_MIN &&
+	       th->mean <= window && now - th->last_done < window;
+}
+
+/*
+ * Depth control: while a higher tier is active, how many requests of the
+ * tiers below it may be in flight, adapted to the higher tiers' device
+ * time (dispatch to completion) against a target: over it the limit is cut
+ * by a quarter (once per target interval, so the requests already in the
+ * device do not cut it again and again), under it the limit grows by one;
+ * never below one, never above the device's depth. "solo" is the device
+ * time of higher-tier requests dispatched with nothing of a lower tier in
+ * flight: the device's own latency, the automatic target's base and the
+ * automatic anticipation window's.
+ */
+struct prism_depth_ctl {
+	u32 limit;
+	u32 solo_samples;
+	u64 solo;		/* ns, weighted mean */
+	u64 lat;		/* ns, weighted mean of every sample */
+	u64 last_cut;		/* ns */
+	u64 last_sample;	/* ns */
+	/*
+	 * Service time of LOW requests dispatched to an idle device: what a
+	 * higher tier's next request waits when a LOW one goes first. The
+	 * automatic anticipation window's base.
+	 */
+	u64 bulk;		/* ns, weighted mean */
+	u32 bulk_samples;
+	u64 cuts;		/* statistics: times the limit was cut */
+};
+
+/* A higher tier silent this long no longer limits the tiers below it. */
+#define PRISM_DEPTH_QUIET	100000000ULL	/* 100 ms */
+
+#define PRISM_WINDOW_MIN	500000ULL	/* 0.5 ms */
+#define PRISM_WINDOW_MAX	20000000ULL	/* 20 ms */
+
+void prism_depth_init(struct prism_depth_ctl *d, u32 depth);
+u64 prism_depth_target(const struct prism_depth_ctl *d,
+		       const struct prism_tunables *t);
+void prism_depth_sample(struct prism_depth_ctl *d,
+			const struct prism_tunables *t, u64 lat, bool solo,
+			u64 now, u32 depth);
+void prism_depth_idle(struct prism_depth_ctl *d, u64 now, u32 depth);
+void prism_bulk_sample(struct prism_depth_ctl *d, u64 service);
+u64 prism_window(const struct prism_depth_ctl *d,
+		 const struct prism_tunables *t, bool rotational);
 
 #endif /* _PRISM_POLICY_H */

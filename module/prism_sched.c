@@ -11,6 +11,18 @@
  * flash), reads preferred over writes up to writes_starved. Scheduler tag
  * depth is held in reserve for higher tiers in limit_depth().
  *
+ * In-flight control protects chains of dependent requests (a commit: write,
+ * flush, journal, each issued when the last completes), which have nothing
+ * queued between links: after a higher tier's completion, lower tiers are
+ * held out of the device for an anticipation window if the tier's think
+ * time says its next link comes within it; while a higher tier has
+ * requests in the device, lower tiers may not fill the device's last
+ * driver tags (where a higher request arriving next would queue behind
+ * them) nor exceed a limit the depth controller adapts to the higher
+ * tiers' device times. Shares still pass the window and aging passes
+ * everything, so nothing starves. A hold re-runs the queue from the
+ * completion (restart flag) or the window's timer.
+ *
  * This file is the mechanism: lists, trees, locking and the request
  * lifecycle. Every decision is taken by prism_policy.c.
  *
@@ -23,7 +35,12 @@
  * finish_request) only look at list heads, atomic counters, fields
  * marked READ_ONCE/WRITE_ONCE and the tunables, which are an RCU-published
  * snapshot: a store builds a new copy and swaps the pointer, so a
- * lockless reader always sees one whole, valid set.
+ * lockless reader always sees one whole, valid set. finish_request(),
+ * which may run in interrupt context, never takes the lock: it writes a
+ * tier's completion time (done_ns, WRITE_ONCE; dispatch may also move it
+ * forward while a flush runs) and adds device times to atomic
+ * accumulators that dispatch folds into the depth controller under the
+ * lock. The window timer only runs the queue.
  *
  * Books: a request that prism inserted is counted once in "inserted"
  * and once by finish_request(), which the core runs for every prepared
@@ -40,10 +57,12 @@
 #include <linux/blkdev.h>
 #include <linux/blk-mq.h>
 #include <linux/bio.h>
+#include <linux/hrtimer.h>
 #include <linux/ioprio.h>
 #include <linux/module.h>
 #include <linux/slab.h>
 #include <linux/rbtree.h>
+#include <linux/timekeeping.h>
 #include <linux/rcupdate.h>
 #include <linux/sbitmap.h>
 #include <linux/sched.h>
@@ -63,7 +82,9 @@
  * Per-request state in rq->elv.priv[0]: flags and the tier, set when the
  * request first enters prism; prepare_request() clears it. priv[1] holds
  * the submitting thread's pid, recorded in prepare_request() where current
- * is the submitter. Sort-tree membership is tracked here and never read
+ * is the submitter and read at the first insert only; from dispatch on it
+ * holds the dispatch time (ktime ns, wrapping at the width of a long,
+ * enough for a latency). Sort-tree membership is tracked here and never read
  * from rq->rb_node, which shares a union with the driver's special_vec,
  * so on a request the driver gave back it may hold anything. Hash
  * membership is the core's RQF_HASHED flag (the core also hashes a request
@@ -74,8 +95,11 @@
 #define PRISM_RQ_AT_HEAD	BIT(2)	/* on the dispatch list */
 #define PRISM_RQ_SEQ		BIT(3)	/* its stream looked sequential */
 #define PRISM_RQ_SORTED		BIT(4)	/* in its tier's sort tree */
+#define PRISM_RQ_SOLO		BIT(5)	/* dispatched with nothing lower in flight */
 #define PRISM_RQ_DISPATCHED	BIT(6)	/* handed to the driver, not back yet */
 #define PRISM_RQ_FOREIGN	BIT(7)	/* never prepared: no finish_request */
+#define PRISM_RQ_IDLE_DEV	BIT(10)	/* LOW, dispatched to an idle device */
+#define PRISM_RQ_TIMED		BIT(11)	/* HIGH or NORMAL, dispatch time stamped */
 #define PRISM_RQ_TIER_SHIFT	8
 #define PRISM_RQ_TIER_MASK	(3UL << PRISM_RQ_TIER_SHIFT)
 
@@ -117,6 +141,28 @@ struct prism_tier_queue {
 	atomic64_t completed;	/* finished after prism dispatched them */
 	atomic64_t merged_away;	/* finished without, merged into another */
 	unsigned long last_done;	/* jiffies of the last completion */
+	/*
+	 * In-flight control. done_ns: ktime of the last completion, written
+	 * locklessly by finish_request() (HIGH and NORMAL only: nothing waits
+	 * for LOW); think: the think time, under the lock.
+	 */
+	u64 done_ns;
+	struct prism_think think;
+};
+
+/*
+ * Device times of HIGH and NORMAL requests, summed by finish_request()
+ * without the lock and folded into the depth controller at dispatch: the
+ * count in the top PRISM_LAT_COUNT_SHIFT.. bits, microseconds below.
+ */
+#define PRISM_LAT_COUNT_SHIFT	44
+#define PRISM_LAT_US_MAX	((1ULL << 32) - 1)
+#define PRISM_LAT_SUM_MASK	((1ULL << PRISM_LAT_COUNT_SHIFT) - 1)
+
+struct prism_lat_acc {
+	atomic64_t all;
+	atomic64_t solo;
+	atomic64_t bulk;	/* LOW, dispatched to an idle device */
 };
 
 struct prism_tun_rcu {
@@ -140,6 +186,19 @@ struct prism_data {
 	struct prism_stream streams[PRISM_NR_STREAMS];
 	/* (thread, tier) of recent inserts, for limit_depth(); see policy. */
 	u32 recent[PRISM_NR_RECENT];
+
+	/*
+	 * In-flight control (see prism_choose()): the depth controller under
+	 * the lock, fed from lat; the timer that re-runs the queue when an
+	 * anticipation window closes; why and how often dispatch held back.
+	 */
+	struct request_queue *q;
+	struct prism_depth_ctl depth;
+	struct prism_lat_acc lat;
+	struct hrtimer window_timer;
+	u64 held_window;
+	u64 held_depth;
+	atomic64_t window_runs;
 
 	/*
 	 * Tunables: replaced whole under lock (prism_attr_store), read under
@@ -210,6 +269,17 @@ static u64 prism_inflight(struct prism_tier_queue *tq)
 	s64 inflight = READ_ONCE(tq->started) - atomic64_read(&tq->completed);
 
 	return inflight > 0 ? inflight : 0;
+}
+
+/* Whether a tier below @tier owns requests: whether @tier has any to guard. */
+static bool prism_lower_owned(struct prism_data *pd, enum prism_tier tier)
+{
+	int t;
+
+	for (t = tier + 1; t < PRISM_NR_TIERS; t++)
+		if (prism_owned(&pd->tier[t]))
+			return true;
+	return false;
 }
 
 static enum prism_tier prism_tier_of(const struct prism_tunables *t,
@@ -339,6 +409,17 @@ static unsigned long prism_first_insert(struct prism_data *pd,
 		/* Written only on a change: the line stays clean for readers. */
 		if (*recent != key)
 			WRITE_ONCE(*recent, key);
+	}
+	/*
+	 * The tier owned nothing: this request is the next link of its chain,
+	 * and the time since the last completion its think time. Measured
+	 * while a lower tier owns requests, when completions are timed (see
+	 * prism_want_time()) and the think time decides anything.
+	 */
+	if (tier != PRISM_LOW && !prism_owned(tq) &&
+	    prism_lower_owned(pd, tier)) {
+		tq->think.last_done = READ_ONCE(tq->done_ns);
+		prism_think_sample(&tq->think, ktime_get_ns());
 	}
 	WRITE_ONCE(tq->inserted, tq->inserted + 1);
 	owned = prism_owned(tq);
@@ -474,6 +555,198 @@ static struct request *prism_pick(struct prism_data *pd,
 	return rq;
 }
 
+/*
+ * Whether to time a HIGH or NORMAL request from dispatch to completion
+ * (its completion time feeds the think time, its device time the depth
+ * controller): always while a lower tier owns requests, since then both
+ * decide what is held back; otherwise only until the controller has its
+ * first samples and then one request in 64, to keep them current. A
+ * device without contention pays no clock reads on most requests.
+ */
+static bool prism_want_time(struct prism_data *pd, struct prism_tier_queue *tq,
+			    enum prism_tier tier)
+{
+	return prism_lower_owned(pd, tier) ||
+	       pd->depth.solo_samples < PRISM_THINK_SAMPLES ||
+	       !(tq->dispatched & 63);
+}
+
+/* Requests the driver accepts at once, over all hardware queues. */
+static u32 prism_device_depth(struct request_queue *q)
+{
+	return q->tag_set->queue_depth * q->nr_hw_queues;
+}
+
+/*
+ * Fold the device times finish_request() summed into the depth
+ * controller, one sample per kind (their mean) since the last fold.
+ */
+static void prism_fold_latency(struct prism_data *pd, u64 now, u32 depth)
+{
+	const struct prism_tunables *t = prism_tun(pd);
+	s64 all = atomic64_xchg(&pd->lat.all, 0);
+	s64 solo = atomic64_xchg(&pd->lat.solo, 0);
+	s64 bulk = atomic64_xchg(&pd->lat.bulk, 0);
+	u64 n;
+
+	n = (u64)solo >> PRISM_LAT_COUNT_SHIFT;
+	if (n)
+		prism_depth_sample(&pd->depth, t,
+				   div64_u64(((u64)solo & PRISM_LAT_SUM_MASK) *
+					     NSEC_PER_USEC, n), true, now, depth);
+	n = (u64)all >> PRISM_LAT_COUNT_SHIFT;
+	if (n)
+		prism_depth_sample(&pd->depth, t,
+				   div64_u64(((u64)all & PRISM_LAT_SUM_MASK) *
+					     NSEC_PER_USEC, n), false, now, depth);
+	n = (u64)bulk >> PRISM_LAT_COUNT_SHIFT;
+	if (n)
+		prism_bulk_sample(&pd->depth,
+				  div64_u64(((u64)bulk & PRISM_LAT_SUM_MASK) *
+					    NSEC_PER_USEC, n));
+}
+
+/* Add one device time, from the dispatch stamp in priv[1], to @acc. */
+static void prism_lat_add(struct request *rq, u64 done, atomic64_t *acc)
+{
+	u64 us = (unsigned long)done - (unsigned long)rq->elv.priv[1];
+
+	us = div_u64(us, NSEC_PER_USEC);
+	if (us > PRISM_LAT_US_MAX)
+		us = PRISM_LAT_US_MAX;
+	atomic64_add((1ULL << PRISM_LAT_COUNT_SHIFT) | us, acc);
+}
+
+/*
+ * Requests in the device that prism did not dispatch: flushes and
+ * passthrough, which both kernels route past the elevator. A lower bound:
+ * the driver tags in use less every request prism has in flight, some of
+ * which may still wait for a tag.
+ */
+static u32 prism_foreign_inflight(struct request_queue *q, u32 ours)
+{
+	struct blk_mq_hw_ctx *hctx;
+	unsigned long i;
+	u32 busy = 0;
+
+	queue_for_each_hw_ctx(q, hctx, i)
+		busy += sbitmap_weight(&hctx->tags->bitmap_tags.sb);
+	return busy > ours ? busy - ours : 0;
+}
+
+/*
+ * Fill in the in-flight part of the view: what each tier has in the
+ * device, whether a tier above @first (the highest with requests queued)
+ * is anticipated, and the requests of others in the device. The clock and
+ * the driver tags are read only when a tier above @first may be active.
+ *
+ * A flush is part of the chain it ends (an fsync's cache flush, a journal
+ * commit's preflush): while one is in the device, an anticipated tier's
+ * window starts again from now, so that the next link, issued only once
+ * the flush completes, still finds the device free of bulk work.
+ */
+static void prism_view_flight(struct prism_data *pd, struct request_queue *q,
+			      struct prism_tier_view view[PRISM_NR_TIERS],
+			      int first, struct prism_flight *f, u64 *now,
+			      u64 *window)
+{
+	const struct prism_tunables *tun = prism_tun(pd);
+	bool guarded = false;
+	u32 ours = 0;
+	int t;
+
+	for (t = 0; t < PRISM_NR_TIERS; t++) {
+		view[t].inflight = prism_inflight(&pd->tier[t]);
+		view[t].anticipated = false;
+		view[t].flushing = false;
+		ours += view[t].inflight;
+		if (t < first && (view[t].inflight ||
+				  READ_ONCE(pd->tier[t].done_ns)))
+			guarded = true;
+	}
+	f->foreign = 0;
+	if (!guarded || first == PRISM_NR_TIERS)
+		return;
+	f->foreign = prism_foreign_inflight(q, ours);
+
+	for (t = 0; t < first; t++) {
+		struct prism_tier_queue *tq = &pd->tier[t];
+		u64 done;
+
+		if (view[t].inflight ||
+		    (tq->think.samples < PRISM_THINK_MIN && !f->foreign))
+			continue;
+		if (!*now) {
+			*now = ktime_get_ns();
+			*window = prism_window(&pd->depth, tun,
+					       !blk_queue_nonrot(q));
+		}
+		done = READ_ONCE(tq->done_ns);
+		if (f->foreign && done && *now - done < *window) {
+			view[t].flushing = true;
+			done = *now;
+			WRITE_ONCE(tq->done_ns, done);
+		}
+		tq->think.last_done = done;
+		view[t].anticipated = prism_anticipated(&tq->think, *now,
+							*window);
+	}
+}
+
+/* When the earliest anticipation window of the view closes. */
+static u64 prism_window_end(struct prism_data *pd,
+			    const struct prism_tier_view view[PRISM_NR_TIERS],
+			    u64 window)
+{
+	u64 end = 0;
+	int t;
+
+	for (t = 0; t < PRISM_NR_TIERS; t++) {
+		u64 e = pd->tier[t].think.last_done + window;
+
+		if (view[t].anticipated && (!end || e < end))
+			end = e;
+	}
+	return end;
+}
+
+/* The queue is held for a closing window: run it when the window ends. */
+static enum hrtimer_restart prism_window_timer(struct hrtimer *timer)
+{
+	struct prism_data *pd = container_of(timer, struct prism_data,
+					     window_timer);
+
+	atomic64_inc(&pd->window_runs);
+	blk_mq_run_hw_queues(pd->q, true);
+	return HRTIMER_NORESTART;
+}
+
+/*
+ * Nothing dispatched although requests are queued: make sure the queue
+ * runs again when that can change. A completion (the restart flag) frees
+ * room in the device; the timer closes an anticipation window. The core
+ * re-runs a queue that returned nothing after BLK_MQ_BUDGET_DELAY (3 ms)
+ * as well, so a hold cannot hang the queue even if both were missed.
+ */
+static void prism_hold(struct prism_data *pd, struct blk_mq_hw_ctx *hctx,
+		       enum prism_hold hold,
+		       const struct prism_tier_view view[PRISM_NR_TIERS],
+		       u64 now, u64 window)
+{
+	u64 end;
+
+	blk_mq_sched_mark_restart_hctx(hctx);
+	if (hold != PRISM_HOLD_WINDOW) {
+		pd->held_depth++;
+		return;
+	}
+	pd->held_window++;
+	end = prism_window_end(pd, view, window);
+	hrtimer_start_range_ns(&pd->window_timer,
+			       ns_to_ktime(end > now ? end - now : 0),
+			       NSEC_PER_USEC * 50, HRTIMER_MODE_REL);
+}
+
 static struct request *prism_dispatch_request(struct blk_mq_hw_ctx *hctx)
 {
 	struct request_queue *q = hctx->queue;
@@ -481,10 +754,13 @@ static struct request *prism_dispatch_request(struct blk_mq_hw_ctx *hctx)
 	const struct prism_tunables *tun;
 	struct prism_tier_view view[PRISM_NR_TIERS];
 	struct prism_tier_queue *tq;
+	struct prism_flight flight;
 	struct prism_choice c;
+	enum prism_hold hold;
 	struct request *rq;
+	u64 now = 0, window = 0;
 	unsigned long st;
-	int t, d;
+	int t, d, first = PRISM_NR_TIERS;
 
 	spin_lock(&pd->lock);
 
@@ -503,12 +779,32 @@ static struct request *prism_dispatch_request(struct blk_mq_hw_ctx *hctx)
 							struct request,
 							queuelist);
 			view[t].dir[d].oldest = head ? head->fifo_time : 0;
+			if (head && t < first)
+				first = t;
 		}
 	}
+	prism_view_flight(pd, q, view, first, &flight, &now, &window);
 
 	tun = prism_tun(pd);
-	if (!prism_choose(view, &pd->batch, tun, jiffies, &c))
+	flight.depth = prism_device_depth(q);
+	if (atomic64_read(&pd->lat.all) || atomic64_read(&pd->lat.solo) ||
+	    atomic64_read(&pd->lat.bulk)) {
+		if (!now)
+			now = ktime_get_ns();
+		prism_fold_latency(pd, now, flight.depth);
+	}
+	if (pd->depth.limit != flight.depth) {
+		/* Lift a limit once the tiers it protected went quiet. */
+		if (!now)
+			now = ktime_get_ns();
+		prism_depth_idle(&pd->depth, now, flight.depth);
+	}
+	flight.lower_limit = pd->depth.limit;
+	if (!prism_choose(view, &pd->batch, tun, &flight, jiffies, &c, &hold)) {
+		if (hold != PRISM_HOLD_NONE)
+			prism_hold(pd, hctx, hold, view, now, window);
 		goto unlock;
+	}
 
 	rq = prism_pick(pd, &c);
 	if (WARN_ON_ONCE(!rq)) {
@@ -538,8 +834,32 @@ found:
 		 */
 		prism_rq_set_state(rq, 0);
 	} else {
+		enum prism_tier tier = prism_rq_tier_of_state(st);
+
 		WRITE_ONCE(tq->started, tq->started + 1);
-		prism_rq_set_state(rq, st | PRISM_RQ_DISPATCHED);
+		st |= PRISM_RQ_DISPATCHED;
+		st &= ~(PRISM_RQ_SOLO | PRISM_RQ_IDLE_DEV | PRISM_RQ_TIMED);
+		if (tier != PRISM_LOW && prism_want_time(pd, tq, tier)) {
+			/* Device time feeds the depth controller. */
+			if (!now)
+				now = ktime_get_ns();
+			rq->elv.priv[1] = (void *)(unsigned long)now;
+			st |= PRISM_RQ_TIMED;
+			if (!prism_inflight(&pd->tier[tier + 1]) &&
+			    (tier + 1 == PRISM_LOW ||
+			     !prism_inflight(&pd->tier[PRISM_LOW])))
+				st |= PRISM_RQ_SOLO;
+		} else if (tier == PRISM_LOW &&
+			   !prism_inflight(&pd->tier[PRISM_HIGH]) &&
+			   !prism_inflight(&pd->tier[PRISM_NORMAL]) &&
+			   prism_inflight(tq) == 1) {
+			/* Alone in the device: its time is its service. */
+			if (!now)
+				now = ktime_get_ns();
+			rq->elv.priv[1] = (void *)(unsigned long)now;
+			st |= PRISM_RQ_IDLE_DEV;
+		}
+		prism_rq_set_state(rq, st);
 	}
 	pd->head_pos = blk_rq_pos(rq) + blk_rq_sectors(rq);
 	tq->sweep_pos[prism_rq_dir(rq)] = pd->head_pos;
@@ -652,6 +972,15 @@ static void prism_finish_request(struct request *rq)
 	/* One store per jiffy at most: this line is shared by completions. */
 	if (READ_ONCE(tq->last_done) != now)
 		WRITE_ONCE(tq->last_done, now);
+	if (st & PRISM_RQ_TIMED) {
+		u64 done = ktime_get_ns();
+
+		WRITE_ONCE(tq->done_ns, done);
+		prism_lat_add(rq, done, (st & PRISM_RQ_SOLO) ? &pd->lat.solo :
+							       &pd->lat.all);
+	} else if (st & PRISM_RQ_IDLE_DEV) {
+		prism_lat_add(rq, ktime_get_ns(), &pd->lat.bulk);
+	}
 	/* Finished twice (6.1 flush paths) must not count twice. */
 	prism_rq_set_state(rq, 0);
 }
@@ -777,6 +1106,14 @@ static int prism_init_sched(struct request_queue *q, struct elevator_type *e)
 	pd->sort_mode = PRISM_SORT_AUTO;
 	prism_batch_reset(&pd->batch);
 	pd->sorted = prism_sorted(pd->sort_mode, !blk_queue_nonrot(q));
+	pd->q = q;
+	prism_depth_init(&pd->depth, prism_device_depth(q));
+	atomic64_set(&pd->lat.all, 0);
+	atomic64_set(&pd->lat.solo, 0);
+	atomic64_set(&pd->lat.bulk, 0);
+	atomic64_set(&pd->window_runs, 0);
+	hrtimer_init(&pd->window_timer, CLOCK_MONOTONIC, HRTIMER_MODE_REL);
+	pd->window_timer.function = prism_window_timer;
 
 	/* One queue for the whole device, as mq-deadline: priority is global. */
 	blk_queue_flag_set(QUEUE_FLAG_SQ_SCHED, q);
@@ -790,6 +1127,8 @@ static void prism_exit_sched(struct elevator_queue *e)
 	struct prism_data *pd = e->elevator_data;
 	int t;
 
+	/* The queue is frozen and quiesced: no dispatch re-arms it now. */
+	hrtimer_cancel(&pd->window_timer);
 	spin_lock(&pd->lock);
 	WARN_ON_ONCE(!list_empty(&pd->dispatch));
 	for (t = 0; t < PRISM_NR_TIERS; t++) {
@@ -830,6 +1169,8 @@ enum prism_attr_id {
 	PRISM_ATTR_SORT_MODE,
 	PRISM_ATTR_NORMAL_SHARE,
 	PRISM_ATTR_LOW_SHARE,
+	PRISM_ATTR_ANTICIPATE_US,
+	PRISM_ATTR_TARGET_LATENCY_US,
 };
 
 /* An hour: longer deadlines mean none; shown values stay within int. */
@@ -855,6 +1196,9 @@ static const struct prism_attr_range prism_attr_ranges[] = {
 	[PRISM_ATTR_SORT_MODE]		= { 0, 2 },
 	[PRISM_ATTR_NORMAL_SHARE]	= { 0, PRISM_SHARE_MAX },
 	[PRISM_ATTR_LOW_SHARE]		= { 0, PRISM_SHARE_MAX },
+	/* -1: automatic; a window is at most a second, a target ten. */
+	[PRISM_ATTR_ANTICIPATE_US]	= { PRISM_AUTO, USEC_PER_SEC },
+	[PRISM_ATTR_TARGET_LATENCY_US]	= { 0, 10 * USEC_PER_SEC },
 };
 
 /*
@@ -909,6 +1253,12 @@ static int prism_attr_get(struct prism_data *pd, const struct prism_tunables *t,
 		return t->share[PRISM_NORMAL];
 	case PRISM_ATTR_LOW_SHARE:
 		return t->share[PRISM_LOW];
+	case PRISM_ATTR_ANTICIPATE_US:
+		if (t->anticipate == PRISM_AUTO)
+			return PRISM_AUTO;
+		return div_u64(t->anticipate, NSEC_PER_USEC);
+	case PRISM_ATTR_TARGET_LATENCY_US:
+		return div_u64(t->target, NSEC_PER_USEC);
 	}
 	return 0;
 }
@@ -982,6 +1332,13 @@ static ssize_t prism_attr_store(struct elevator_queue *e, const char *page,
 		case PRISM_ATTR_LOW_SHARE:
 			t.share[PRISM_LOW] = val;
 			break;
+		case PRISM_ATTR_ANTICIPATE_US:
+			t.anticipate = val == PRISM_AUTO ? PRISM_AUTO :
+				       (s64)val * NSEC_PER_USEC;
+			break;
+		case PRISM_ATTR_TARGET_LATENCY_US:
+			t.target = (u64)val * NSEC_PER_USEC;
+			break;
 		default:
 			break;
 		}
@@ -1027,6 +1384,8 @@ PRISM_ATTR(seq_gap, PRISM_ATTR_SEQ_GAP)
 PRISM_ATTR(sort_mode, PRISM_ATTR_SORT_MODE)
 PRISM_ATTR(normal_share, PRISM_ATTR_NORMAL_SHARE)
 PRISM_ATTR(low_share, PRISM_ATTR_LOW_SHARE)
+PRISM_ATTR(anticipate_us, PRISM_ATTR_ANTICIPATE_US)
+PRISM_ATTR(target_latency_us, PRISM_ATTR_TARGET_LATENCY_US)
 
 #define PRISM_ATTR_ENTRY(name) \
 	__ATTR(name, 0644, prism_##name##_show, prism_##name##_store)
@@ -1046,6 +1405,8 @@ static struct elv_fs_entry prism_attrs[] = {
 	PRISM_ATTR_ENTRY(sort_mode),
 	PRISM_ATTR_ENTRY(normal_share),
 	PRISM_ATTR_ENTRY(low_share),
+	PRISM_ATTR_ENTRY(anticipate_us),
+	PRISM_ATTR_ENTRY(target_latency_us),
 	__ATTR_NULL
 };
 
@@ -1129,7 +1490,52 @@ static int prism_streams_show(void *data, struct seq_file *m)
 	return 0;
 }
 
+/*
+ * The in-flight control: per tier what is in the device and the think
+ * time; the depth controller (times in microseconds); how often dispatch
+ * held lower tiers back, and how often the window timer ran the queue.
+ */
+static int prism_flight_show(void *data, struct seq_file *m)
+{
+	struct request_queue *q = data;
+	struct prism_data *pd = q->elevator->elevator_data;
+	u64 inflight[PRISM_NR_TIERS], think[PRISM_NR_TIERS];
+	u32 samples[PRISM_NR_TIERS];
+	struct prism_depth_ctl d;
+	u64 window, target, held_window, held_depth;
+	int t;
+
+	spin_lock(&pd->lock);
+	for (t = 0; t < PRISM_NR_TIERS; t++) {
+		inflight[t] = prism_inflight(&pd->tier[t]);
+		think[t] = pd->tier[t].think.mean;
+		samples[t] = pd->tier[t].think.samples;
+	}
+	d = pd->depth;
+	window = prism_window(&d, prism_tun(pd), !blk_queue_nonrot(q));
+	target = prism_depth_target(&d, prism_tun(pd));
+	held_window = pd->held_window;
+	held_depth = pd->held_depth;
+	spin_unlock(&pd->lock);
+
+	seq_puts(m, "tier inflight think_us think_samples\n");
+	for (t = 0; t < PRISM_NR_TIERS; t++)
+		seq_printf(m, "%s %llu %llu %u\n", prism_tier_name[t],
+			   inflight[t], div_u64(think[t], NSEC_PER_USEC),
+			   samples[t]);
+	seq_printf(m, "device_depth=%u lower_limit=%u window_us=%llu target_us=%llu bulk_us=%llu bulk_samples=%u solo_us=%llu solo_samples=%u lat_us=%llu cuts=%llu held_window=%llu held_depth=%llu window_runs=%lld\n",
+		   prism_device_depth(q), d.limit,
+		   div_u64(window, NSEC_PER_USEC),
+		   div_u64(target, NSEC_PER_USEC),
+		   div_u64(d.bulk, NSEC_PER_USEC), d.bulk_samples,
+		   div_u64(d.solo, NSEC_PER_USEC), d.solo_samples,
+		   div_u64(d.lat, NSEC_PER_USEC), d.cuts, held_window,
+		   held_depth, atomic64_read(&pd->window_runs));
+	return 0;
+}
+
 static const struct blk_mq_debugfs_attr prism_queue_debugfs_attrs[] = {
+	{"flight", 0400, prism_flight_show},
 	{"tiers", 0400, prism_tiers_show},
 	{"batch", 0400, prism_batch_show},
 	{"streams", 0400, prism_streams_show},

@@ -71,6 +71,18 @@ WORKLOADS = {w.name: w for w in [
              metric="fsync_p99_us"),
     Workload("fsync_alone", "002", "appender alone: the baseline for fsync_isolation",
              filesystem=True),
+    Workload("commit_idle_reader", "002",
+             "commit (4 KiB append + fsync each, default priority, ext4) against "
+             "backup_reader (1 MiB direct reads of the raw device, IDLE class, iodepth 16)",
+             high_job="commit", low_job="backup_reader", baseline="commit_alone",
+             filesystem=True, metric="fsync_p99_us"),
+    Workload("commit_idle_writer", "002",
+             "commit against bulk_writer (1 MiB buffered writes, IDLE class: its "
+             "writeback is the flusher's)", high_job="commit", low_job="bulk_writer",
+             baseline="commit_alone", filesystem=True, metric="fsync_p99_us"),
+    Workload("commit_alone", "002",
+             "commit alone: the baseline for commit_idle_reader and commit_idle_writer",
+             filesystem=True),
     *[Workload(f"token_b{size}", "002",
                f"sequential reader_a (BE2) against runs_b reading {size} runs at random "
                "(BE7)", high_job="reader_a", low_job="runs_b", family="token")

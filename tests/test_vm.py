@@ -70,6 +70,15 @@ def test_vm_hdd_random_reads_follow_the_model(boot):
 
 
 @pytest.mark.vm
+@pytest.mark.parametrize("check", ["setup"] + [n for n, _ in selftest.CLOUD_CHECKS])
+def test_vm_cloud_check(cloud_boot, check):
+    res, results = cloud_boot
+    assert check in results, (f"check {check} did not run (guest exit {res.returncode}); "
+                              f"output tail:\n{res.output[-3000:]}")
+    assert results[check]["ok"], json.dumps(results[check], indent=1)[:6000]
+
+
+@pytest.mark.vm
 def test_vm_cloud_volume_follows_its_arithmetic(cloud_boot):
     """The emulated cloud volume, measured in the guest under none: the
     IOPS and bandwidth QEMU's meter lets through within 10% of the limits

@@ -69,6 +69,23 @@ static struct prism_tunables defaults(void)
 	view_clear(v);							\
 	prism_batch_reset(&b)
 
+/*
+ * prism_choose() on a device with room for everything: the v1 behaviour,
+ * which the in-flight control leaves alone while no higher tier is active.
+ */
+static const struct prism_flight unlimited = { 1U << 30, 1U << 30, 0 };
+
+static bool choose(const struct prism_tier_view v[PRISM_NR_TIERS],
+		   struct prism_batch *b, const struct prism_tunables *t,
+		   unsigned long now, struct prism_choice *c)
+{
+	enum prism_hold hold;
+	bool ok = prism_choose(v, b, t, &unlimited, now, c, &hold);
+
+	CHECK_EQ(hold, PRISM_HOLD_NONE);
+	return ok;
+}
+
 static void view_clear(struct prism_tier_view v[PRISM_NR_TIERS])
 {
 	memset(v, 0, sizeof(struct prism_tier_view) * PRISM_NR_TIERS);
@@ -152,7 +169,7 @@ TEST(tunables_valid_rejects_crossed_cutoffs)
 TEST(empty_queues_choose_nothing)
 {
 	CHOOSE_SETUP;
-	CHECK(!prism_choose(v, &b, &t, 1000, &c));
+	CHECK(!choose(v, &b, &t, 1000, &c));
 }
 
 TEST(strict_priority_high_normal_low)
@@ -161,17 +178,17 @@ TEST(strict_priority_high_normal_low)
 	view_set(v, PRISM_LOW, PRISM_READ, 5, 100);
 	view_set(v, PRISM_NORMAL, PRISM_READ, 5, 200);
 	view_set(v, PRISM_HIGH, PRISM_WRITE, 1, 300);
-	CHECK(prism_choose(v, &b, &t, 301, &c));
+	CHECK(choose(v, &b, &t, 301, &c));
 	CHECK_EQ(c.tier, PRISM_HIGH);
 	CHECK_EQ(c.dir, PRISM_WRITE);
 	CHECK(!c.aged);
 
 	view_set(v, PRISM_HIGH, PRISM_WRITE, 0, 0);
-	CHECK(prism_choose(v, &b, &t, 301, &c));
+	CHECK(choose(v, &b, &t, 301, &c));
 	CHECK_EQ(c.tier, PRISM_NORMAL);
 
 	view_set(v, PRISM_NORMAL, PRISM_READ, 0, 0);
-	CHECK(prism_choose(v, &b, &t, 301, &c));
+	CHECK(choose(v, &b, &t, 301, &c));
 	CHECK_EQ(c.tier, PRISM_LOW);
 	CHECK(!c.aged);	/* nothing above it waits: not a promotion */
 }
@@ -185,11 +202,11 @@ TEST(aging_serves_lower_tier_after_expire)
 	view_set(v, PRISM_LOW, PRISM_READ, 1, arrival);
 
 	/* One jiffy short of prio_aging_expire: HIGH still goes first. */
-	CHECK(prism_choose(v, &b, &t, arrival + t.prio_aging_expire - 1, &c));
+	CHECK(choose(v, &b, &t, arrival + t.prio_aging_expire - 1, &c));
 	CHECK_EQ(c.tier, PRISM_HIGH);
 
 	/* At the expiry: the LOW FIFO head is served, flagged as aged. */
-	CHECK(prism_choose(v, &b, &t, arrival + t.prio_aging_expire, &c));
+	CHECK(choose(v, &b, &t, arrival + t.prio_aging_expire, &c));
 	CHECK_EQ(c.tier, PRISM_LOW);
 	CHECK_EQ(c.dir, PRISM_READ);
 	CHECK_EQ(c.take, PRISM_TAKE_FIFO);
@@ -205,7 +222,7 @@ TEST(aging_picks_the_oldest_of_several)
 	view_set(v, PRISM_NORMAL, PRISM_WRITE, 2, 200);
 	view_set(v, PRISM_LOW, PRISM_READ, 2, 100);
 	view_set(v, PRISM_LOW, PRISM_WRITE, 2, 150);
-	CHECK(prism_choose(v, &b, &t, 100 + t.prio_aging_expire + 500, &c));
+	CHECK(choose(v, &b, &t, 100 + t.prio_aging_expire + 500, &c));
 	CHECK_EQ(c.tier, PRISM_LOW);
 	CHECK_EQ(c.dir, PRISM_READ);
 
@@ -213,7 +230,7 @@ TEST(aging_picks_the_oldest_of_several)
 	view_set(v, PRISM_HIGH, PRISM_READ, 0, 0);
 	view_set(v, PRISM_LOW, PRISM_READ, 0, 0);
 	view_set(v, PRISM_LOW, PRISM_WRITE, 0, 0);
-	CHECK(prism_choose(v, &b, &t, 200 + t.prio_aging_expire + 500, &c));
+	CHECK(choose(v, &b, &t, 200 + t.prio_aging_expire + 500, &c));
 	CHECK_EQ(c.tier, PRISM_NORMAL);
 	CHECK(!c.aged);
 }
@@ -225,7 +242,7 @@ TEST(aging_zero_disables)
 	t.prio_aging_expire = 0;
 	view_set(v, PRISM_HIGH, PRISM_READ, 8, 1000000);
 	view_set(v, PRISM_LOW, PRISM_READ, 1, 0);
-	CHECK(prism_choose(v, &b, &t, 1000000, &c));
+	CHECK(choose(v, &b, &t, 1000000, &c));
 	CHECK_EQ(c.tier, PRISM_HIGH);
 }
 
@@ -236,9 +253,9 @@ TEST(aging_survives_jiffies_wrap)
 
 	view_set(v, PRISM_HIGH, PRISM_READ, 8, 5);
 	view_set(v, PRISM_LOW, PRISM_READ, 1, arrival);
-	CHECK(prism_choose(v, &b, &t, arrival + 50, &c));
+	CHECK(choose(v, &b, &t, arrival + 50, &c));
 	CHECK_EQ(c.tier, PRISM_HIGH);
-	CHECK(prism_choose(v, &b, &t, arrival + t.prio_aging_expire + 1, &c));
+	CHECK(choose(v, &b, &t, arrival + t.prio_aging_expire + 1, &c));
 	CHECK_EQ(c.tier, PRISM_LOW);
 }
 
@@ -249,12 +266,12 @@ TEST(batch_continues_up_to_fifo_batch)
 
 	view_set(v, PRISM_NORMAL, PRISM_READ, 100, 10);
 	for (i = 1; i <= t.fifo_batch; i++) {
-		CHECK(prism_choose(v, &b, &t, 20, &c));
+		CHECK(choose(v, &b, &t, 20, &c));
 		CHECK_EQ(c.take, PRISM_TAKE_NEXT);
 		CHECK_EQ(b.count, i);
 	}
 	/* The batch is full: a new one starts, looking at the FIFO again. */
-	CHECK(prism_choose(v, &b, &t, 20, &c));
+	CHECK(choose(v, &b, &t, 20, &c));
 	CHECK_EQ(b.count, 1);
 }
 
@@ -262,12 +279,12 @@ TEST(higher_tier_breaks_a_batch)
 {
 	CHOOSE_SETUP;
 	view_set(v, PRISM_LOW, PRISM_READ, 100, 10);
-	CHECK(prism_choose(v, &b, &t, 20, &c));
-	CHECK(prism_choose(v, &b, &t, 20, &c));
+	CHECK(choose(v, &b, &t, 20, &c));
+	CHECK(choose(v, &b, &t, 20, &c));
 	CHECK_EQ(b.tier, PRISM_LOW);
 	CHECK_EQ(b.count, 2);
 	view_set(v, PRISM_HIGH, PRISM_READ, 1, 19);
-	CHECK(prism_choose(v, &b, &t, 20, &c));
+	CHECK(choose(v, &b, &t, 20, &c));
 	CHECK_EQ(c.tier, PRISM_HIGH);
 	CHECK_EQ(b.tier, PRISM_HIGH);
 	CHECK_EQ(b.count, 1);
@@ -277,12 +294,12 @@ TEST(expired_fifo_head_starts_the_batch)
 {
 	CHOOSE_SETUP;
 	view_set(v, PRISM_NORMAL, PRISM_READ, 3, 100);
-	CHECK(prism_choose(v, &b, &t, 100 + t.fifo_expire[PRISM_READ] - 1, &c));
+	CHECK(choose(v, &b, &t, 100 + t.fifo_expire[PRISM_READ] - 1, &c));
 	CHECK_EQ(c.take, PRISM_TAKE_NEXT);
 	CHECK(!c.expired);
 
 	prism_batch_reset(&b);
-	CHECK(prism_choose(v, &b, &t, 100 + t.fifo_expire[PRISM_READ], &c));
+	CHECK(choose(v, &b, &t, 100 + t.fifo_expire[PRISM_READ], &c));
 	CHECK_EQ(c.take, PRISM_TAKE_FIFO);
 	CHECK(c.expired);
 }
@@ -297,7 +314,7 @@ TEST(writes_starved_limits_read_preference)
 	view_set(v, PRISM_NORMAL, PRISM_WRITE, 100, 10);
 	/* mq-deadline: writes_starved read batches, then one write batch. */
 	for (i = 0; i <= (int)t.writes_starved; i++) {
-		CHECK(prism_choose(v, &b, &t, 20, &c));
+		CHECK(choose(v, &b, &t, 20, &c));
 		reads += c.dir == PRISM_READ;
 	}
 	CHECK_EQ(reads, t.writes_starved);
@@ -305,7 +322,7 @@ TEST(writes_starved_limits_read_preference)
 	CHECK_EQ(b.starved, 0);
 	/* Only writes queued: writes, whatever starved says. */
 	view_set(v, PRISM_NORMAL, PRISM_READ, 0, 0);
-	CHECK(prism_choose(v, &b, &t, 20, &c));
+	CHECK(choose(v, &b, &t, 20, &c));
 	CHECK_EQ(c.dir, PRISM_WRITE);
 }
 
@@ -556,7 +573,7 @@ static void dispatch_backlogged(struct prism_tunables *t, const bool busy[],
 			view_set(v, tier, PRISM_READ, 100, 10);
 	}
 	for (i = 0; i < n; i++) {
-		CHECK(prism_choose(v, &b, t, 20, &c));
+		CHECK(choose(v, &b, t, 20, &c));
 		got[c.tier]++;
 	}
 }
@@ -609,16 +626,16 @@ TEST(share_is_not_banked_while_idle)
 	/* HIGH alone for a long time: LOW earns nothing while empty. */
 	view_set(v, PRISM_HIGH, PRISM_READ, 100, 10);
 	for (i = 0; i < 500; i++)
-		CHECK(prism_choose(v, &b, &t, 20, &c));
+		CHECK(choose(v, &b, &t, 20, &c));
 	CHECK_EQ(b.credit[PRISM_LOW], 0);
 
 	/* LOW arrives: nine HIGH dispatches pass before it is owed one. */
 	view_set(v, PRISM_LOW, PRISM_READ, 5, 20);
 	for (i = 0; i < 9; i++) {
-		CHECK(prism_choose(v, &b, &t, 21, &c));
+		CHECK(choose(v, &b, &t, 21, &c));
 		CHECK_EQ(c.tier, PRISM_HIGH);
 	}
-	CHECK(prism_choose(v, &b, &t, 21, &c));
+	CHECK(choose(v, &b, &t, 21, &c));
 	CHECK_EQ(c.tier, PRISM_LOW);
 	CHECK(c.shared);
 	CHECK(!c.aged);
@@ -626,9 +643,9 @@ TEST(share_is_not_banked_while_idle)
 
 	/* Served in its own right (HIGH empty), it starts from zero again. */
 	for (i = 0; i < 5; i++)
-		CHECK(prism_choose(v, &b, &t, 21, &c));
+		CHECK(choose(v, &b, &t, 21, &c));
 	view_set(v, PRISM_HIGH, PRISM_READ, 0, 0);
-	CHECK(prism_choose(v, &b, &t, 21, &c));
+	CHECK(choose(v, &b, &t, 21, &c));
 	CHECK_EQ(c.tier, PRISM_LOW);
 	CHECK(!c.shared);
 	CHECK_EQ(b.credit[PRISM_LOW], 0);
@@ -643,10 +660,10 @@ TEST(share_takes_the_tier_in_its_own_order)
 	view_set(v, PRISM_HIGH, PRISM_READ, 100, 10);
 	view_set(v, PRISM_LOW, PRISM_READ, 4, 12);
 	view_set(v, PRISM_LOW, PRISM_WRITE, 4, 11);
-	CHECK(prism_choose(v, &b, &t, 20, &c));
+	CHECK(choose(v, &b, &t, 20, &c));
 	CHECK_EQ(c.tier, PRISM_HIGH);
 	/* The older FIFO (writes here), next in sort order: not expired. */
-	CHECK(prism_choose(v, &b, &t, 20, &c));
+	CHECK(choose(v, &b, &t, 20, &c));
 	CHECK(c.shared);
 	CHECK_EQ(c.tier, PRISM_LOW);
 	CHECK_EQ(c.dir, PRISM_WRITE);
@@ -654,7 +671,7 @@ TEST(share_takes_the_tier_in_its_own_order)
 	CHECK(!c.expired);
 	/* Past the write deadline: from the FIFO head. */
 	for (i = 0; i < 2; i++)
-		CHECK(prism_choose(v, &b, &t, 11 + t.fifo_expire[PRISM_WRITE], &c));
+		CHECK(choose(v, &b, &t, 11 + t.fifo_expire[PRISM_WRITE], &c));
 	CHECK(c.shared);
 	CHECK_EQ(c.take, PRISM_TAKE_FIFO);
 	CHECK(c.expired);
@@ -670,14 +687,14 @@ TEST(aging_comes_before_share)
 	view_set(v, PRISM_LOW, PRISM_READ, 100, 4000);
 	/* LOW is owed its share at the tenth choice, but NORMAL has aged. */
 	for (i = 0; i < 9; i++)
-		CHECK(prism_choose(v, &b, &t, 4001, &c));
-	CHECK(prism_choose(v, &b, &t, 100 + t.prio_aging_expire, &c));
+		CHECK(choose(v, &b, &t, 4001, &c));
+	CHECK(choose(v, &b, &t, 100 + t.prio_aging_expire, &c));
 	CHECK_EQ(c.tier, PRISM_NORMAL);
 	CHECK(c.aged);
 	CHECK(!c.shared);
 	/* LOW keeps what it is owed and is served next. */
 	view_set(v, PRISM_NORMAL, PRISM_READ, 0, 0);
-	CHECK(prism_choose(v, &b, &t, 4001, &c));
+	CHECK(choose(v, &b, &t, 4001, &c));
 	CHECK_EQ(c.tier, PRISM_LOW);
 	CHECK(c.shared);
 }
@@ -712,7 +729,7 @@ static unsigned int simulate(unsigned long aging, u32 share,
 		if (tail > head)
 			view_set(v, PRISM_LOW, PRISM_READ, tail - head,
 				 low_arrivals[head]);
-		if (!prism_choose(v, &b, &t, now, &c))
+		if (!choose(v, &b, &t, now, &c))
 			continue;
 		if (c.tier == PRISM_LOW) {
 			unsigned long wait = now - low_arrivals[head++];
@@ -752,6 +769,361 @@ TEST(simulated_saturation_share_bounds_low_wait)
 	served = simulate(0, 10, &max_wait);
 	CHECK_EQ(served, 399);
 	CHECK_EQ(max_wait, 9);
+}
+
+/* In-flight control: anticipation and depth (nanoseconds). */
+#define MS 1000000ULL
+#define US 1000ULL
+
+TEST(think_time_mean_and_cap)
+{
+	struct prism_think th = { 0 };
+	int i;
+
+	/* No completion yet: nothing to measure from. */
+	prism_think_sample(&th, 5 * MS);
+	CHECK_EQ(th.samples, 0);
+
+	th.last_done = 10 * MS;
+	prism_think_sample(&th, 12 * MS);
+	CHECK_EQ(th.samples, 1);
+	CHECK_EQ(th.mean, 2 * MS);	/* the first sample, unbiased */
+	th.last_done = 20 * MS;
+	prism_think_sample(&th, 24 * MS);
+	CHECK_EQ(th.mean, 3 * MS);	/* mean of 2 and 4 */
+
+	/* A long silence counts as the cap, not as its length. */
+	th.last_done = 30 * MS;
+	prism_think_sample(&th, 30 * MS + 10000 * MS);
+	CHECK_EQ(th.mean, (2 * MS + 4 * MS + PRISM_THINK_CAP) / 3);
+
+	/* Then short gaps bring it down again, 1/8 at a time. */
+	for (i = 0; i < 40; i++) {
+		th.last_done = 100000 * MS;
+		prism_think_sample(&th, 100000 * MS + 500 * US);
+	}
+	CHECK_EQ(th.samples, PRISM_THINK_SAMPLES);
+	CHECK(th.mean < 1 * MS);
+}
+
+TEST(anticipated_only_quick_tiers_within_the_window)
+{
+	struct prism_think th = { 0 };
+	int i;
+
+	th.last_done = 100 * MS;
+	for (i = 0; i < PRISM_THINK_MIN; i++) {
+		CHECK(!prism_anticipated(&th, 100 * MS + 1, 2 * MS));
+		prism_think_sample(&th, 100 * MS + 300 * US);
+	}
+	th.last_done = 200 * MS;
+	CHECK(prism_anticipated(&th, 200 * MS, 2 * MS));
+	CHECK(prism_anticipated(&th, 200 * MS + 2 * MS - 1, 2 * MS));
+	/* The window closes. */
+	CHECK(!prism_anticipated(&th, 200 * MS + 2 * MS, 2 * MS));
+	/* 0 disables. */
+	CHECK(!prism_anticipated(&th, 200 * MS + 1, 0));
+	/* A tier slower to come back than the window is never waited for. */
+	th.mean = 3 * MS;
+	CHECK(!prism_anticipated(&th, 200 * MS + 1, 2 * MS));
+}
+
+static const struct prism_flight depth1 = { 1, 1, 0 };
+
+TEST(lower_tier_held_while_higher_anticipated)
+{
+	CHOOSE_SETUP;
+	enum prism_hold hold;
+
+	view_set(v, PRISM_LOW, PRISM_READ, 50, 10);
+	v[PRISM_HIGH].anticipated = true;
+	CHECK(!prism_choose(v, &b, &t, &unlimited, 20, &c, &hold));
+	CHECK_EQ(hold, PRISM_HOLD_WINDOW);
+	/* NORMAL anticipated holds LOW too, and HIGH is never held. */
+	v[PRISM_HIGH].anticipated = false;
+	v[PRISM_NORMAL].anticipated = true;
+	CHECK(!prism_choose(v, &b, &t, &unlimited, 20, &c, &hold));
+	CHECK_EQ(hold, PRISM_HOLD_WINDOW);
+	view_set(v, PRISM_HIGH, PRISM_READ, 1, 15);
+	CHECK(prism_choose(v, &b, &t, &unlimited, 20, &c, &hold));
+	CHECK_EQ(c.tier, PRISM_HIGH);
+	/* The window over, LOW goes. */
+	view_clear(v);
+	view_set(v, PRISM_LOW, PRISM_READ, 50, 10);
+	CHECK(prism_choose(v, &b, &t, &unlimited, 20, &c, &hold));
+	CHECK_EQ(c.tier, PRISM_LOW);
+	CHECK_EQ(hold, PRISM_HOLD_NONE);
+}
+
+TEST(lower_tier_held_while_the_device_is_full)
+{
+	CHOOSE_SETUP;
+	struct prism_flight f = { 4, 4, 0 };
+	enum prism_hold hold;
+
+	view_set(v, PRISM_LOW, PRISM_READ, 50, 10);
+	v[PRISM_HIGH].inflight = 1;
+	v[PRISM_LOW].inflight = 2;
+	CHECK(prism_choose(v, &b, &t, &f, 20, &c, &hold));
+	CHECK_EQ(c.tier, PRISM_LOW);
+	/* The device is full: a LOW request would wait for a driver tag. */
+	v[PRISM_LOW].inflight = 3;
+	CHECK(!prism_choose(v, &b, &t, &f, 20, &c, &hold));
+	CHECK_EQ(hold, PRISM_HOLD_DEPTH);
+	/* The lower limit, below the device depth. */
+	f.lower_limit = 2;
+	v[PRISM_LOW].inflight = 2;
+	CHECK(!prism_choose(v, &b, &t, &f, 20, &c, &hold));
+	CHECK_EQ(hold, PRISM_HOLD_DEPTH);
+	/* A flush the scheduler never saw fills the device as well. */
+	f.lower_limit = 4;
+	v[PRISM_LOW].inflight = 1;
+	CHECK(prism_choose(v, &b, &t, &f, 20, &c, &hold));
+	f.foreign = 2;
+	CHECK(!prism_choose(v, &b, &t, &f, 20, &c, &hold));
+	CHECK_EQ(hold, PRISM_HOLD_DEPTH);
+	/* With no higher tier active neither applies. */
+	v[PRISM_HIGH].inflight = 0;
+	v[PRISM_LOW].inflight = 3;
+	CHECK(prism_choose(v, &b, &t, &f, 20, &c, &hold));
+	CHECK_EQ(c.tier, PRISM_LOW);
+}
+
+TEST(a_flush_keeps_its_tier_active)
+{
+	CHOOSE_SETUP;
+	struct prism_flight f = { 2, 2, 1 };
+	enum prism_hold hold;
+
+	/* A flush of NORMAL's chain in the device: LOW within the depth. */
+	view_set(v, PRISM_LOW, PRISM_READ, 50, 10);
+	v[PRISM_NORMAL].flushing = true;
+	CHECK(prism_choose(v, &b, &t, &f, 20, &c, &hold));
+	CHECK_EQ(c.tier, PRISM_LOW);
+	/* The flush and one LOW request fill a depth-2 device. */
+	v[PRISM_LOW].inflight = 1;
+	CHECK(!prism_choose(v, &b, &t, &f, 20, &c, &hold));
+	CHECK_EQ(hold, PRISM_HOLD_DEPTH);
+	/* Without the chain's tier active, the device is LOW's to fill. */
+	v[PRISM_NORMAL].flushing = false;
+	CHECK(prism_choose(v, &b, &t, &f, 20, &c, &hold));
+	CHECK_EQ(c.tier, PRISM_LOW);
+}
+
+TEST(share_passes_the_window_but_not_a_full_device)
+{
+	CHOOSE_SETUP;
+	enum prism_hold hold;
+	int i;
+
+	/* HIGH dispatches nine times while LOW waits: LOW is owed one. */
+	view_set(v, PRISM_LOW, PRISM_READ, 50, 10);
+	for (i = 0; i < 9; i++) {
+		view_set(v, PRISM_HIGH, PRISM_READ, 1, 15);
+		CHECK(prism_choose(v, &b, &t, &depth1, 20, &c, &hold));
+		CHECK_EQ(c.tier, PRISM_HIGH);
+	}
+	/* HIGH's request in the device: nothing may join it. */
+	view_set(v, PRISM_HIGH, PRISM_READ, 0, 0);
+	v[PRISM_HIGH].inflight = 1;
+	CHECK(!prism_choose(v, &b, &t, &depth1, 20, &c, &hold));
+	CHECK_EQ(hold, PRISM_HOLD_DEPTH);
+	/* Completed and anticipated: the share is paid in the window. */
+	v[PRISM_HIGH].inflight = 0;
+	v[PRISM_HIGH].anticipated = true;
+	CHECK(prism_choose(v, &b, &t, &depth1, 20, &c, &hold));
+	CHECK_EQ(c.tier, PRISM_LOW);
+	CHECK(c.shared);
+	/* Paid: held again. */
+	CHECK(!prism_choose(v, &b, &t, &depth1, 20, &c, &hold));
+	CHECK_EQ(hold, PRISM_HOLD_WINDOW);
+}
+
+TEST(aging_passes_window_and_depth)
+{
+	CHOOSE_SETUP;
+	enum prism_hold hold;
+
+	t.share[PRISM_LOW] = 0;
+	view_set(v, PRISM_LOW, PRISM_READ, 50, 10);
+	v[PRISM_HIGH].anticipated = true;
+	v[PRISM_HIGH].inflight = 1;
+	CHECK(!prism_choose(v, &b, &t, &depth1, 10 + t.prio_aging_expire - 1,
+			    &c, &hold));
+	CHECK(prism_choose(v, &b, &t, &depth1, 10 + t.prio_aging_expire, &c,
+			   &hold));
+	CHECK_EQ(c.tier, PRISM_LOW);
+	CHECK(c.aged);
+}
+
+/*
+ * A chain of dependent requests (a commit: each link issued 0.3 ms after
+ * the previous one completes, 1 ms of device time each) against a LOW
+ * reader that always has requests queued (8 ms each, a 1 MiB read on a
+ * disk), on a depth-1 device, in 50 us steps for 4 s. Returns the links
+ * completed; *low the LOW requests.
+ */
+static unsigned int simulate_chain(s64 anticipate, unsigned int *low)
+{
+	struct prism_tunables t = defaults();
+	struct prism_tier_view v[PRISM_NR_TIERS];
+	struct prism_depth_ctl d;
+	struct prism_think th = { 0 };
+	struct prism_flight f = { 1, 1, 0 };
+	struct prism_batch b;
+	struct prism_choice c;
+	enum prism_hold hold;
+	u64 now, busy_until = 0, next_link = 0, window;
+	int in_dev = -1;
+	bool high_queued = false;
+	unsigned int links = 0;
+
+	t.anticipate = anticipate;
+	prism_batch_reset(&b);
+	prism_depth_init(&d, 1);
+	*low = 0;
+	for (now = 1; now < 4000 * MS; now += 50 * US) {
+		if (in_dev >= 0 && now >= busy_until) {
+			if (in_dev == PRISM_HIGH) {
+				links++;
+				th.last_done = now;
+				next_link = now + 300 * US;
+				prism_depth_sample(&d, &t, 1 * MS, true, now, 1);
+			} else {
+				(*low)++;
+			}
+			in_dev = -1;
+		}
+		if (!high_queued && in_dev != PRISM_HIGH && now >= next_link) {
+			prism_think_sample(&th, now);
+			high_queued = true;
+			next_link = ~0ULL;
+		}
+		if (in_dev >= 0)
+			continue;
+		window = prism_window(&d, &t, true);
+		view_clear(v);
+		view_set(v, PRISM_HIGH, PRISM_READ, high_queued, now / 4000000);
+		v[PRISM_HIGH].anticipated = !high_queued &&
+					    prism_anticipated(&th, now, window);
+		view_set(v, PRISM_LOW, PRISM_READ, 100, 0);
+		if (!prism_choose(v, &b, &t, &f, now / 4000000, &c, &hold))
+			continue;
+		in_dev = c.tier;
+		busy_until = now + (c.tier == PRISM_HIGH ? 1 : 8) * MS;
+		if (c.tier == PRISM_HIGH)
+			high_queued = false;
+	}
+	return links;
+}
+
+TEST(simulated_commit_chain_against_a_reader)
+{
+	unsigned int off, on, low_off, low_on;
+
+	/*
+	 * Without anticipation each link waits for a LOW read: 9.3 ms a
+	 * link. With it LOW gets only its share, one read per nine links,
+	 * about 2.2 ms a link; LOW keeps moving, a read every 20 ms.
+	 */
+	off = simulate_chain(0, &low_off);
+	on = simulate_chain(PRISM_AUTO, &low_on);
+	CHECK(off > 380 && off < 460);
+	CHECK(on > 3 * off);
+	CHECK(low_on > 180);
+	CHECK(low_off > low_on);
+}
+
+TEST(window_from_the_device_or_the_tunable)
+{
+	struct prism_tunables t = defaults();
+	struct prism_depth_ctl d;
+	int i;
+
+	prism_depth_init(&d, 32);
+	/* Nothing measured: bfq's slice_idle on disks, 1 ms on flash. */
+	CHECK_EQ(prism_window(&d, &t, true), 8 * MS);
+	CHECK_EQ(prism_window(&d, &t, false), 1 * MS);
+	/* The higher tier's own times do not set it... */
+	for (i = 0; i < 10; i++)
+		prism_depth_sample(&d, &t, 4 * MS, true, (u64)(i + 1) * MS, 32);
+	CHECK_EQ(prism_window(&d, &t, true), 8 * MS);
+	/* ...a LOW request's service time does. */
+	for (i = 0; i < 10; i++)
+		prism_bulk_sample(&d, 12 * MS);
+	CHECK_EQ(prism_window(&d, &t, true), 12 * MS);
+	/* Within bounds. */
+	for (i = 0; i < 100; i++)
+		prism_bulk_sample(&d, 100 * US);
+	CHECK_EQ(prism_window(&d, &t, false), PRISM_WINDOW_MIN);
+	for (i = 0; i < 100; i++)
+		prism_bulk_sample(&d, 80 * MS);
+	CHECK_EQ(prism_window(&d, &t, false), PRISM_WINDOW_MAX);
+	/* The tunable wins; 0 is off. */
+	t.anticipate = 3 * MS;
+	CHECK_EQ(prism_window(&d, &t, true), 3 * MS);
+	t.anticipate = 0;
+	CHECK_EQ(prism_window(&d, &t, true), 0);
+}
+
+/*
+ * A deep device where a higher-tier request's device time grows with the
+ * lower-tier requests beside it: 1 ms + 0.5 ms for each. The limit
+ * should settle where that time meets the target (4 ms: 6 beside it).
+ */
+TEST(depth_limit_converges_on_a_simulated_device)
+{
+	struct prism_tunables t = defaults();
+	struct prism_depth_ctl d;
+	u32 lo = ~0U, hi = 0;
+	u64 now;
+
+	t.target = 4 * MS;
+	prism_depth_init(&d, 64);
+	for (now = MS; now < 2000 * MS; now += 250 * US) {
+		u64 lat = 1 * MS + d.limit * 500 * US;
+
+		prism_depth_sample(&d, &t, lat, false, now, 64);
+		if (now > 1000 * MS) {
+			lo = d.limit < lo ? d.limit : lo;
+			hi = d.limit > hi ? d.limit : hi;
+		}
+	}
+	CHECK(lo >= 4 && hi <= 7);
+	CHECK(d.cuts > 0);
+}
+
+TEST(depth_limit_floor_auto_target_and_release)
+{
+	struct prism_tunables t = defaults();
+	struct prism_depth_ctl d;
+	u64 now;
+
+	prism_depth_init(&d, 64);
+	/* No target yet: samples that are not solo change nothing. */
+	prism_depth_sample(&d, &t, 50 * MS, false, 1 * MS, 64);
+	CHECK_EQ(d.limit, 64);
+	/* Three solo samples of 2 ms: the automatic target is 4 ms. */
+	for (now = 2; now < 5; now++)
+		prism_depth_sample(&d, &t, 2 * MS, true, now * MS, 64);
+	CHECK_EQ(prism_depth_target(&d, &t), 4 * MS);
+	/* Far over it for long: down to one, never zero. */
+	for (now = 10 * MS; now < 3000 * MS; now += 1 * MS)
+		prism_depth_sample(&d, &t, 50 * MS, false, now, 64);
+	CHECK_EQ(d.limit, 1);
+	/* A cut at most once per target interval. */
+	prism_depth_init(&d, 64);
+	t.target = 4 * MS;
+	prism_depth_sample(&d, &t, 50 * MS, false, 100 * MS, 64);
+	prism_depth_sample(&d, &t, 50 * MS, false, 101 * MS, 64);
+	CHECK_EQ(d.limit, 48);
+	prism_depth_sample(&d, &t, 50 * MS, false, 104 * MS, 64);
+	CHECK_EQ(d.limit, 36);
+	/* Quiet higher tiers lift it; not before. */
+	prism_depth_idle(&d, 104 * MS + PRISM_DEPTH_QUIET, 64);
+	CHECK_EQ(d.limit, 36);
+	prism_depth_idle(&d, 105 * MS + PRISM_DEPTH_QUIET, 64);
+	CHECK_EQ(d.limit, 64);
 }
 
 int main(int argc, char **argv)
