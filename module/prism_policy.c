@@ -466,6 +466,22 @@ static void ewma(u64 *mean, u64 sample)
 		*mean -= (*mean - sample) / 8;
 }
 
+/*
+ * A running minimum that forgets: a lower sample replaces it at once, a
+ * higher one raises it by 1/256 of the difference, so that a device which
+ * really became slower is believed after about a thousand samples, while
+ * a burst of inflated samples barely moves it.
+ */
+static void floor_sample(u64 *floor, u32 *samples, u64 sample)
+{
+	if (!*samples || sample < *floor)
+		*floor = sample;
+	else
+		*floor += (sample - *floor) / 256;
+	if (*samples < PRISM_THINK_SAMPLES)
+		(*samples)++;
+}
+
 void prism_depth_init(struct prism_depth_ctl *d, u32 depth)
 {
 	d->limit = depth ? depth : 1;
@@ -481,12 +497,7 @@ void prism_depth_init(struct prism_depth_ctl *d, u32 depth)
 
 void prism_bulk_sample(struct prism_depth_ctl *d, u64 service)
 {
-	if (!d->bulk_samples)
-		d->bulk = service;
-	else
-		ewma(&d->bulk, service);
-	if (d->bulk_samples < PRISM_THINK_SAMPLES)
-		d->bulk_samples++;
+	floor_sample(&d->bulk, &d->bulk_samples, service);
 }
 
 /* Lift the limit once the higher tiers have been quiet a while. */
@@ -522,14 +533,8 @@ void prism_depth_sample(struct prism_depth_ctl *d,
 
 	if (!depth)
 		depth = 1;
-	if (solo) {
-		if (!d->solo_samples)
-			d->solo = lat;
-		else
-			ewma(&d->solo, lat);
-		if (d->solo_samples < PRISM_THINK_SAMPLES)
-			d->solo_samples++;
-	}
+	if (solo)
+		floor_sample(&d->solo, &d->solo_samples, lat);
 	ewma(&d->lat, lat);
 	d->last_sample = now;
 	if (d->limit > depth)

@@ -315,24 +315,27 @@ static inline bool prism_anticipated(const struct prism_think *th, u64 now,
  * time (dispatch to completion) against a target: over it the limit is cut
  * by a quarter (once per target interval, so the requests already in the
  * device do not cut it again and again), under it the limit grows by one;
- * never below one, never above the device's depth. "solo" is the device
- * time of higher-tier requests dispatched with nothing of a lower tier in
- * flight: the device's own latency, the automatic target's base and the
- * automatic anticipation window's.
+ * never below one, never above the device's depth. "solo" is the device's
+ * own latency for a higher-tier request, the automatic target's base: a
+ * running minimum (see prism_floor_sample()) of the device time of
+ * higher-tier requests dispatched with nothing of a lower tier in flight.
+ * A minimum and not a mean, because a device may carry the lower tier's
+ * load past its last request: a rate limiter's bucket in debt (a cloud
+ * volume), a disk's write cache destaging.
  */
 struct prism_depth_ctl {
 	u32 limit;
 	u32 solo_samples;
-	u64 solo;		/* ns, weighted mean */
+	u64 solo;		/* ns, running minimum */
 	u64 lat;		/* ns, weighted mean of every sample */
 	u64 last_cut;		/* ns */
 	u64 last_sample;	/* ns */
 	/*
 	 * Service time of LOW requests dispatched to an idle device: what a
 	 * higher tier's next request waits when a LOW one goes first. The
-	 * automatic anticipation window's base.
+	 * automatic anticipation window's base. A running minimum too.
 	 */
-	u64 bulk;		/* ns, weighted mean */
+	u64 bulk;		/* ns, running minimum */
 	u32 bulk_samples;
 	u64 cuts;		/* statistics: times the limit was cut */
 };

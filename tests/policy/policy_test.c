@@ -1093,6 +1093,29 @@ TEST(depth_limit_converges_on_a_simulated_device)
 	CHECK(d.cuts > 0);
 }
 
+TEST(device_floor_is_a_forgetting_minimum)
+{
+	struct prism_tunables t = defaults();
+	struct prism_depth_ctl d;
+	u64 now = MS;
+	int i;
+
+	prism_depth_init(&d, 64);
+	/*
+	 * A cloud volume whose meter is in debt: most solo samples wait
+	 * 24 ms for tokens, a few find it refilled and take 1.5 ms.
+	 */
+	for (i = 0; i < 200; i++, now += MS)
+		prism_depth_sample(&d, &t, i % 10 ? 24 * MS : 1500 * US, true,
+				   now, 64);
+	CHECK(d.solo < 3 * MS);
+	CHECK(prism_depth_target(&d, &t) < 6 * MS);
+	/* A device that really became slower is believed in the end. */
+	for (i = 0; i < 1000; i++, now += MS)
+		prism_depth_sample(&d, &t, 24 * MS, true, now, 64);
+	CHECK(d.solo > 23 * MS);
+}
+
 TEST(depth_limit_floor_auto_target_and_release)
 {
 	struct prism_tunables t = defaults();
