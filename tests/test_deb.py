@@ -3,6 +3,7 @@ lintian-clean of errors, installable with apt, building and installing
 the module through DKMS for both pinned kernels, and removed cleanly; and
 the udev rules it ships."""
 
+import fnmatch
 import os
 import shutil
 import subprocess
@@ -100,3 +101,13 @@ def test_udev_rules(name, rotational):
         assert "rotational" not in sets[0]
     else:
         assert sets[0].startswith(f'ATTR{{queue/rotational}}=="{rotational}", ')
+    # nr_requests raised after the scheduler (selecting one resets it), on
+    # the same disks, only where below 64.
+    raise_line = lines.index(sets[0]) + 1
+    assert lines[raise_line].endswith('ATTR{queue/nr_requests}=="[1-9]|[1-5][0-9]|6[0-3]", '
+                                      'ATTR{queue/nr_requests}="64"')
+    assert lines[raise_line].startswith(sets[0].split("ATTR{queue/scheduler}")[0])
+    for nr, raised in ((1, True), (2, True), (32, True), (63, True), (64, False),
+                       (256, False), (1023, False)):
+        assert any(fnmatch.fnmatch(str(nr), alt)
+                   for alt in "[1-9]|[1-5][0-9]|6[0-3]".split("|")) == raised, nr
