@@ -183,6 +183,7 @@ class RunMarks:
             meta["trace_bytes"] = [self.trace_from, self.trace.stat().st_size]
         if parse_scheduler(run["scheduler"])[0] == "prism":
             meta["prism_tiers"] = g.prism_tiers(device.name)
+            meta["prism_flight"] = g.prism_flight(device.name)
         (rundir / "meta.json").write_text(json.dumps(meta, indent=1))
         return meta
 

@@ -191,6 +191,21 @@ def prism_tiers(dev: str) -> dict[str, dict[str, int]]:
     return out
 
 
+def prism_flight(dev: str) -> dict:
+    """prism's in-flight control from debugfs: per tier, and the controller."""
+    mount_debugfs()
+    lines = (DEBUGFS / "block" / dev / "sched" / "flight").read_text().split("\n")
+    header = lines[0].split()
+    out: dict = {}
+    for line in lines[1:]:
+        f = line.split()
+        if len(f) == len(header):
+            out[f[0]] = {k: int(v) for k, v in zip(header[1:], f[1:], strict=True)}
+        elif f:
+            out.update({k: int(v) for k, v in (kv.split("=", 1) for kv in f)})
+    return out
+
+
 def prism_batch(dev: str) -> dict[str, str]:
     mount_debugfs()
     text = (DEBUGFS / "block" / dev / "sched" / "batch").read_text()

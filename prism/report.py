@@ -4,7 +4,8 @@ and report.md.
 results.json schema (version 1):
   {"schema": 1, "command": str, "created": ISO time, "plan": {...},
    "runs": [{"kernel", "workload", "scheduler", "rep", "device",
-             "device_util", "wall_s", "prism_tiers"?,
+             "device_util", "wall_s", "prism_tiers"?, "prism_flight"? (the
+             in-flight control from debugfs at the run's end),
              "cpu_all"? (the whole machine's CPU time during the run, in
                          percent: busy, user, system, irq (hard+soft), iowait),
              "drive"? (emulated drives: stats.trace_summary of its trace),
@@ -52,6 +53,8 @@ def collect(raw: Path, kernel: str) -> list[dict]:
         run["kernel_release"] = meta.get("kernel")
         if "prism_tiers" in meta:
             run["prism_tiers"] = meta["prism_tiers"]
+        if "prism_flight" in meta:
+            run["prism_flight"] = meta["prism_flight"]
         if (rundir / "jobs.json").exists():
             # An application's run (prism.pgbench): its records are made in the guest.
             run["jobs"] = json.loads((rundir / "jobs.json").read_text())

@@ -233,21 +233,6 @@ def check_drive_cloud(ctx) -> dict:
             **res, **books}
 
 
-def prism_flight(dev: str) -> dict:
-    """prism's in-flight control from debugfs: per tier, and the controller."""
-    g.mount_debugfs()
-    lines = (g.DEBUGFS / "block" / dev / "sched" / "flight").read_text().split("\n")
-    header = lines[0].split()
-    out: dict = {}
-    for line in lines[1:]:
-        f = line.split()
-        if len(f) == len(header):
-            out[f[0]] = {k: int(v) for k, v in zip(header[1:], f[1:], strict=True)}
-        elif f:
-            out.update({k: int(v) for k, v in (kv.split("=", 1) for kv in f)})
-    return out
-
-
 def per_second_ios(log: Path) -> list[int]:
     """Completions in each whole second from a fio iops log averaged over
     1000 ms (time ms, IOPS, direction, ...). The first and last entries are
@@ -303,7 +288,7 @@ def check_anticipation_hdd(ctx) -> dict:
                            next(Path().glob(f"{log}_iops.*.log")))}
                 if sched == "prism":
                     rec["books"] = conservation(dev)     # waits for the queue to drain
-                    rec["flight"] = prism_flight(dev)
+                    rec["flight"] = g.prism_flight(dev)
                 runs.append(rec)
     finally:
         g.sh(f"umount {mnt}", check=False)
@@ -346,7 +331,7 @@ def check_depth_control_cloud(ctx) -> dict:
                          "low": job(out, "low")}
             if sched == "prism":
                 rec["books"] = conservation(dev)
-                rec["flight"] = prism_flight(dev)
+                rec["flight"] = g.prism_flight(dev)
             runs.append(rec)
 
     def mean(sched, key, which="high"):
