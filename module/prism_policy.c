@@ -14,6 +14,8 @@ void prism_tunables_init(struct prism_tunables *t, unsigned int hz)
 	 */
 	t->fifo_expire[PRISM_READ] = hz / 2;
 	t->fifo_expire[PRISM_WRITE] = 5 * hz;
+	/* Someone waits for a sync write as for a read. */
+	t->fifo_expire[PRISM_SYNC_WRITE] = hz / 2;
 	t->prio_aging_expire = 10 * hz;
 	t->writes_starved = 2;
 	t->fifo_batch = 16;
@@ -66,7 +68,8 @@ void prism_batch_reset(struct prism_batch *b)
 
 static bool tier_queued(const struct prism_tier_view *v)
 {
-	return v->dir[PRISM_READ].queued || v->dir[PRISM_WRITE].queued;
+	return v->dir[PRISM_READ].queued || v->dir[PRISM_WRITE].queued ||
+	       v->dir[PRISM_SYNC_WRITE].queued;
 }
 
 /*
@@ -85,7 +88,7 @@ static bool pick_aged(const struct prism_tier_view view[PRISM_NR_TIERS],
 		return false;
 
 	for (tier = first + 1; tier < PRISM_NR_TIERS; tier++) {
-		for (dir = 0; dir < PRISM_NR_DIRS; dir++) {
+		for (dir = 0; dir < PRISM_NR_FIFOS; dir++) {
 			const struct prism_fifo_view *f = &view[tier].dir[dir];
 
 			if (!f->queued ||
@@ -108,17 +111,42 @@ static bool pick_aged(const struct prism_tier_view view[PRISM_NR_TIERS],
 	return found;
 }
 
-/* A tier's older FIFO head: where a request served out of turn comes from. */
+/* Of the FIFO lists in @mask, the non-empty one with the oldest head. */
+static int oldest_of(const struct prism_tier_view *v, unsigned int mask)
+{
+	int dir, best = -1;
+
+	for (dir = 0; dir < PRISM_NR_FIFOS; dir++) {
+		const struct prism_fifo_view *f = &v->dir[dir];
+
+		if (!(mask & (1U << dir)) || !f->queued)
+			continue;
+		if (best < 0 ||
+		    !prism_time_after_eq(f->oldest, v->dir[best].oldest))
+			best = dir;
+	}
+	return best;
+}
+
+#define ALL_FIFOS	((1U << PRISM_NR_FIFOS) - 1)
+#define SYNC_FIFOS	((1U << PRISM_READ) | (1U << PRISM_SYNC_WRITE))
+
+/* A tier's oldest FIFO head: where a request served out of turn comes from. */
 static int oldest_dir(const struct prism_tier_view *v)
 {
-	const struct prism_fifo_view *r = &v->dir[PRISM_READ];
-	const struct prism_fifo_view *w = &v->dir[PRISM_WRITE];
+	return oldest_of(v, ALL_FIFOS);
+}
 
-	if (!r->queued)
-		return PRISM_WRITE;
-	if (w->queued && !prism_time_after_eq(w->oldest, r->oldest))
-		return PRISM_WRITE;
-	return PRISM_READ;
+/*
+ * How to take from FIFO list @dir: next in sort order, unless the head has
+ * expired; sync writes always in arrival order, since they are few, small
+ * and each the link of a chain someone waits on, and the sort tree holds
+ * background writes too.
+ */
+static enum prism_take take_for(int dir, bool expired)
+{
+	return expired || dir == PRISM_SYNC_WRITE ? PRISM_TAKE_FIFO :
+						    PRISM_TAKE_NEXT;
 }
 
 /* Requests in flight from @tier and the tiers below it. */
@@ -172,7 +200,7 @@ static bool pick_share(const struct prism_tier_view view[PRISM_NR_TIERS],
 		c->expired = prism_time_after_eq(now,
 						 view[tier].dir[c->dir].oldest +
 						 t->fifo_expire[c->dir]);
-		c->take = c->expired ? PRISM_TAKE_FIFO : PRISM_TAKE_NEXT;
+		c->take = take_for(c->dir, c->expired);
 		c->shared = true;
 		return true;
 	}
@@ -216,9 +244,10 @@ static bool tier_active(const struct prism_tier_view *v)
  * held back, and why. Order: aged lower-tier requests, then a lower tier
  * owed its share, then the highest non-empty tier; inside a tier,
  * mq-deadline's rules: continue the current batch in sort order up to
- * fifo_batch, otherwise start a new one, preferring reads unless writes
- * have been passed over writes_starved times, and starting from the FIFO
- * head when it has expired.
+ * fifo_batch, otherwise start a new one, preferring reads and sync writes
+ * (whichever head is older) unless background writes have been passed
+ * over writes_starved times, and starting from the FIFO head when it has
+ * expired.
  *
  * A tier above the highest non-empty one may still be active: requests
  * in flight, or anticipated (its next link is due within the window).
@@ -234,7 +263,7 @@ bool prism_choose(const struct prism_tier_view view[PRISM_NR_TIERS],
 {
 	const struct prism_tier_view *v;
 	int tier, guard, dir;
-	bool reads, writes;
+	bool sync, writes;
 
 	*hold = PRISM_HOLD_NONE;
 	for (guard = 0; guard < PRISM_NR_TIERS; guard++)
@@ -280,16 +309,21 @@ bool prism_choose(const struct prism_tier_view view[PRISM_NR_TIERS],
 	if (b->tier == tier && b->count < t->fifo_batch &&
 	    v->dir[b->dir].queued) {
 		c->dir = b->dir;
-		c->take = PRISM_TAKE_NEXT;
+		c->take = take_for(b->dir, false);
 		b->count++;
 		account_shares(view, b, t, c);
 		return true;
 	}
 
-	reads = v->dir[PRISM_READ].queued;
+	/*
+	 * Reads and sync writes are what someone waits for: of the two the
+	 * older head goes first, and background writes only once passed
+	 * over writes_starved times.
+	 */
+	sync = v->dir[PRISM_READ].queued || v->dir[PRISM_SYNC_WRITE].queued;
 	writes = v->dir[PRISM_WRITE].queued;
-	if (reads && !(writes && b->starved++ >= t->writes_starved)) {
-		dir = PRISM_READ;
+	if (sync && !(writes && b->starved++ >= t->writes_starved)) {
+		dir = oldest_of(v, SYNC_FIFOS);
 	} else {
 		dir = PRISM_WRITE;
 		b->starved = 0;
@@ -298,7 +332,7 @@ bool prism_choose(const struct prism_tier_view view[PRISM_NR_TIERS],
 	c->dir = dir;
 	c->expired = prism_time_after_eq(now, v->dir[dir].oldest +
 					 t->fifo_expire[dir]);
-	c->take = c->expired ? PRISM_TAKE_FIFO : PRISM_TAKE_NEXT;
+	c->take = take_for(dir, c->expired);
 	b->tier = tier;
 	b->dir = dir;
 	b->count = 1;

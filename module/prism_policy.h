@@ -39,6 +39,20 @@ enum prism_dir {
 	PRISM_NR_DIRS = 2,
 };
 
+/*
+ * A tier's FIFO lists: reads, writes nobody waits for (background
+ * writeback), and sync writes, which someone does wait for (REQ_SYNC,
+ * FUA or PREFLUSH: an fsync's data, a journal commit). The first two are
+ * numbered as the directions; sort trees stay per direction.
+ */
+#define PRISM_SYNC_WRITE	2
+#define PRISM_NR_FIFOS		3
+
+static inline enum prism_dir prism_fifo_dir(int fifo)
+{
+	return fifo == PRISM_READ ? PRISM_READ : PRISM_WRITE;
+}
+
 /* I/O priority classes, numbered as in include/uapi/linux/ioprio.h. */
 enum prism_ioprio_class {
 	PRISM_CLASS_NONE = 0,
@@ -60,7 +74,7 @@ enum prism_sort_mode {
 
 /* The tunables the policy reads; times in jiffies, depths in percent. */
 struct prism_tunables {
-	unsigned long fifo_expire[PRISM_NR_DIRS];
+	unsigned long fifo_expire[PRISM_NR_FIFOS];	/* by FIFO list */
 	unsigned long prio_aging_expire;	/* 0: no aging */
 	u32 writes_starved;
 	u32 fifo_batch;
@@ -96,7 +110,7 @@ struct prism_fifo_view {
 };
 
 struct prism_tier_view {
-	struct prism_fifo_view dir[PRISM_NR_DIRS];
+	struct prism_fifo_view dir[PRISM_NR_FIFOS];	/* by FIFO list */
 	u32 inflight;		/* dispatched, not yet completed */
 	bool anticipated;	/* its next request is expected at once */
 	/*
@@ -121,9 +135,9 @@ struct prism_flight {
  */
 struct prism_batch {
 	int tier;		/* -1 when no batch is open */
-	int dir;
+	int dir;		/* its FIFO list */
 	u32 count;		/* requests dispatched in this batch */
-	u32 starved;		/* read batches chosen while writes waited */
+	u32 starved;		/* sync batches chosen while writes waited */
 	/*
 	 * Share credit per tier, in percent of a dispatch: grows by the
 	 * tier's share for each dispatch from a tier above while it waits;
@@ -139,7 +153,7 @@ enum prism_take {
 
 struct prism_choice {
 	int tier;
-	int dir;
+	int dir;		/* the FIFO list (its direction for sort order) */
 	enum prism_take take;
 	bool aged;		/* a lower tier served ahead of a busier higher one */
 	bool shared;		/* the same, because the tier was owed its share */

@@ -6,9 +6,11 @@
  * the highest non-empty tier is served first, but a waiting lower tier
  * gets its share of the dispatches (normal_share, low_share) and a request
  * that has waited prio_aging_expire is served ahead of it. Inside a
- * tier prism behaves like mq-deadline: per-direction FIFOs with deadlines,
- * batches in sector order (C-LOOK on rotational media, arrival order on
- * flash), reads preferred over writes up to writes_starved. Scheduler tag
+ * tier prism behaves like mq-deadline: FIFOs with deadlines for reads,
+ * sync writes (someone waits: fsync, journal commits) and background
+ * writes, batches in sector order (C-LOOK on rotational media, arrival
+ * order on flash), reads and sync writes preferred over background writes
+ * up to writes_starved. Scheduler tag
  * depth is held in reserve for higher tiers in limit_depth().
  *
  * In-flight control protects chains of dependent requests (a commit: write,
@@ -100,6 +102,7 @@
 #define PRISM_RQ_FOREIGN	BIT(7)	/* never prepared: no finish_request */
 #define PRISM_RQ_IDLE_DEV	BIT(10)	/* LOW, dispatched to an idle device */
 #define PRISM_RQ_TIMED		BIT(11)	/* HIGH or NORMAL, dispatch time stamped */
+#define PRISM_RQ_SYNC_FIFO	BIT(12)	/* a write queued on the sync-write FIFO */
 #define PRISM_RQ_TIER_SHIFT	8
 #define PRISM_RQ_TIER_MASK	(3UL << PRISM_RQ_TIER_SHIFT)
 
@@ -107,12 +110,14 @@ static const char *const prism_tier_name[PRISM_NR_TIERS] = {
 	"high", "normal", "low",
 };
 
-static const char *const prism_dir_name[PRISM_NR_DIRS] = { "read", "write" };
+static const char *const prism_fifo_name[PRISM_NR_FIFOS] = {
+	"read", "write", "sync_write",
+};
 
 struct prism_tier_queue {
-	struct list_head fifo[PRISM_NR_DIRS];	/* arrival order */
+	struct list_head fifo[PRISM_NR_FIFOS];	/* arrival order */
 	struct rb_root sort[PRISM_NR_DIRS];	/* sector order, if sorted */
-	u32 queued[PRISM_NR_DIRS];		/* on fifo[] */
+	u32 queued[PRISM_NR_FIFOS];		/* on fifo[] */
 	u32 queued_head;			/* on prism_data.dispatch */
 	/*
 	 * Where this tier's C-LOOK sweep stands: the end of its last
@@ -251,6 +256,28 @@ static inline enum prism_dir prism_rq_dir(struct request *rq)
 }
 
 /*
+ * The FIFO list a request goes on: writes someone waits for (REQ_SYNC,
+ * FUA or PREFLUSH: an fsync's data, jbd2's journal and commit blocks)
+ * apart from background writeback. REQ_META alone does not count: the
+ * flusher's background metadata writeback carries it.
+ */
+static inline int prism_rq_fifo_class(struct request *rq)
+{
+	if (rq_data_dir(rq) != WRITE)
+		return PRISM_READ;
+	return op_is_sync(rq->cmd_flags) ? PRISM_SYNC_WRITE : PRISM_WRITE;
+}
+
+/* The FIFO list a queued request is on, as recorded when it was queued. */
+static inline int prism_rq_fifo(struct request *rq)
+{
+	if (rq_data_dir(rq) != WRITE)
+		return PRISM_READ;
+	return prism_rq_state(rq) & PRISM_RQ_SYNC_FIFO ? PRISM_SYNC_WRITE :
+							 PRISM_WRITE;
+}
+
+/*
  * Requests @tq owns: inserted and not yet finished (queued, in flight, or
  * merged away and about to be freed). Lockless: a finish may be seen
  * before the insert that preceded it, so never below zero.
@@ -333,7 +360,7 @@ static void prism_remove_request(struct prism_data *pd,
 		if (st & PRISM_RQ_AT_HEAD)
 			tq->queued_head--;
 		else
-			tq->queued[dir]--;
+			tq->queued[prism_rq_fifo(rq)]--;
 		WRITE_ONCE(pd->nr_queued, pd->nr_queued - 1);
 	}
 	prism_rq_set_state(rq, st & ~(PRISM_RQ_QUEUED | PRISM_RQ_AT_HEAD |
@@ -366,7 +393,7 @@ static void prism_update_order(struct prism_data *pd, struct request_queue *q)
 	if (!sorted)
 		return;	/* stale tree entries leave as they are dispatched */
 	for (t = 0; t < PRISM_NR_TIERS; t++)
-		for (d = 0; d < PRISM_NR_DIRS; d++)
+		for (d = 0; d < PRISM_NR_FIFOS; d++)
 			list_for_each_entry(rq, &pd->tier[t].fifo[d], queuelist)
 				if (!(prism_rq_state(rq) & PRISM_RQ_SORTED))
 					prism_sort_add(&pd->tier[t], rq);
@@ -435,6 +462,7 @@ static void prism_insert_request(struct prism_data *pd, struct request_queue *q,
 	unsigned long st = prism_rq_state(rq);
 	struct prism_tier_queue *tq;
 	bool requeue = false;
+	int fifo;
 
 	lockdep_assert_held(&pd->lock);
 
@@ -489,10 +517,15 @@ static void prism_insert_request(struct prism_data *pd, struct request_queue *q,
 		prism_rq_set_state(rq, st);
 		return;
 	}
-	list_add_tail(&rq->queuelist, &tq->fifo[prism_rq_dir(rq)]);
-	tq->queued[prism_rq_dir(rq)]++;
+	fifo = prism_rq_fifo_class(rq);
+	list_add_tail(&rq->queuelist, &tq->fifo[fifo]);
+	tq->queued[fifo]++;
 	WRITE_ONCE(pd->nr_queued, pd->nr_queued + 1);
 	st |= PRISM_RQ_QUEUED;
+	if (fifo == PRISM_SYNC_WRITE)
+		st |= PRISM_RQ_SYNC_FIFO;
+	else
+		st &= ~PRISM_RQ_SYNC_FIFO;
 	prism_rq_set_state(rq, st);
 	if (pd->sorted)
 		prism_sort_add(tq, rq);
@@ -541,13 +574,14 @@ static struct request *prism_pick(struct prism_data *pd,
 				  const struct prism_choice *c)
 {
 	struct prism_tier_queue *tq = &pd->tier[c->tier];
+	enum prism_dir dir = prism_fifo_dir(c->dir);
 	struct request *rq = NULL;
 
 	if (c->take == PRISM_TAKE_NEXT && pd->sorted) {
 		/* C-LOOK: upwards from the sweep, then wrap to the lowest. */
-		rq = prism_sorted_from(&tq->sort[c->dir], tq->sweep_pos[c->dir]);
-		if (!rq && !RB_EMPTY_ROOT(&tq->sort[c->dir]))
-			rq = rb_entry_rq(rb_first(&tq->sort[c->dir]));
+		rq = prism_sorted_from(&tq->sort[dir], tq->sweep_pos[dir]);
+		if (!rq && !RB_EMPTY_ROOT(&tq->sort[dir]))
+			rq = rb_entry_rq(rb_first(&tq->sort[dir]));
 	}
 	if (!rq)
 		rq = list_first_entry_or_null(&tq->fifo[c->dir], struct request,
@@ -771,7 +805,7 @@ static struct request *prism_dispatch_request(struct blk_mq_hw_ctx *hctx)
 	prism_update_order(pd, q);
 	for (t = 0; t < PRISM_NR_TIERS; t++) {
 		tq = &pd->tier[t];
-		for (d = 0; d < PRISM_NR_DIRS; d++) {
+		for (d = 0; d < PRISM_NR_FIFOS; d++) {
 			struct request *head;
 
 			view[t].dir[d].queued = tq->queued[d];
@@ -1039,11 +1073,14 @@ static void prism_requests_merged(struct request_queue *q, struct request *req,
 	 * within its own tier's FIFO: the two may be in different tiers when
 	 * be_high_max or be_low_min changed between their inserts (the core
 	 * only checks that their ioprio is equal), and a request on another
-	 * tier's list would leave both tiers' counts wrong.
+	 * tier's list would leave both tiers' counts wrong; nor across the
+	 * sync and background write lists (the core merges a sync write with
+	 * a background one).
 	 */
 	if ((rst & nst & PRISM_RQ_QUEUED) &&
 	    !((rst | nst) & PRISM_RQ_AT_HEAD) &&
 	    prism_rq_tier(req) == prism_rq_tier(next) &&
+	    prism_rq_fifo(req) == prism_rq_fifo(next) &&
 	    time_before((unsigned long)next->fifo_time,
 			(unsigned long)req->fifo_time)) {
 		list_move(&req->queuelist, &next->queuelist);
@@ -1092,10 +1129,10 @@ static int prism_init_sched(struct request_queue *q, struct elevator_type *e)
 	spin_lock_init(&pd->lock);
 	INIT_LIST_HEAD(&pd->dispatch);
 	for (t = 0; t < PRISM_NR_TIERS; t++) {
-		for (d = 0; d < PRISM_NR_DIRS; d++) {
+		for (d = 0; d < PRISM_NR_FIFOS; d++)
 			INIT_LIST_HEAD(&pd->tier[t].fifo[d]);
+		for (d = 0; d < PRISM_NR_DIRS; d++)
 			pd->tier[t].sort[d] = RB_ROOT;
-		}
 		atomic64_set(&pd->tier[t].completed, 0);
 		atomic64_set(&pd->tier[t].merged_away, 0);
 		pd->tier[t].last_done = jiffies - HZ;
@@ -1135,7 +1172,8 @@ static void prism_exit_sched(struct elevator_queue *e)
 		struct prism_tier_queue *tq = &pd->tier[t];
 
 		WARN_ON_ONCE(!list_empty(&tq->fifo[PRISM_READ]) ||
-			     !list_empty(&tq->fifo[PRISM_WRITE]));
+			     !list_empty(&tq->fifo[PRISM_WRITE]) ||
+			     !list_empty(&tq->fifo[PRISM_SYNC_WRITE]));
 		/* Each request that entered left exactly once. */
 		WARN_ONCE(tq->inserted != atomic64_read(&tq->completed) +
 			  atomic64_read(&tq->merged_away) ||
@@ -1171,6 +1209,7 @@ enum prism_attr_id {
 	PRISM_ATTR_LOW_SHARE,
 	PRISM_ATTR_ANTICIPATE_US,
 	PRISM_ATTR_TARGET_LATENCY_US,
+	PRISM_ATTR_SYNC_WRITE_EXPIRE,
 };
 
 /* An hour: longer deadlines mean none; shown values stay within int. */
@@ -1199,6 +1238,7 @@ static const struct prism_attr_range prism_attr_ranges[] = {
 	/* -1: automatic; a window is at most a second, a target ten. */
 	[PRISM_ATTR_ANTICIPATE_US]	= { PRISM_AUTO, USEC_PER_SEC },
 	[PRISM_ATTR_TARGET_LATENCY_US]	= { 0, 10 * USEC_PER_SEC },
+	[PRISM_ATTR_SYNC_WRITE_EXPIRE]	= { 0, PRISM_MAX_MSECS },
 };
 
 /*
@@ -1214,6 +1254,8 @@ static unsigned long *prism_attr_jiffies(struct prism_tunables *t,
 		return &t->fifo_expire[PRISM_READ];
 	case PRISM_ATTR_WRITE_EXPIRE:
 		return &t->fifo_expire[PRISM_WRITE];
+	case PRISM_ATTR_SYNC_WRITE_EXPIRE:
+		return &t->fifo_expire[PRISM_SYNC_WRITE];
 	case PRISM_ATTR_PRIO_AGING_EXPIRE:
 		return &t->prio_aging_expire;
 	default:
@@ -1229,6 +1271,8 @@ static int prism_attr_get(struct prism_data *pd, const struct prism_tunables *t,
 		return jiffies_to_msecs(t->fifo_expire[PRISM_READ]);
 	case PRISM_ATTR_WRITE_EXPIRE:
 		return jiffies_to_msecs(t->fifo_expire[PRISM_WRITE]);
+	case PRISM_ATTR_SYNC_WRITE_EXPIRE:
+		return jiffies_to_msecs(t->fifo_expire[PRISM_SYNC_WRITE]);
 	case PRISM_ATTR_PRIO_AGING_EXPIRE:
 		return jiffies_to_msecs(t->prio_aging_expire);
 	case PRISM_ATTR_WRITES_STARVED:
@@ -1386,6 +1430,7 @@ PRISM_ATTR(normal_share, PRISM_ATTR_NORMAL_SHARE)
 PRISM_ATTR(low_share, PRISM_ATTR_LOW_SHARE)
 PRISM_ATTR(anticipate_us, PRISM_ATTR_ANTICIPATE_US)
 PRISM_ATTR(target_latency_us, PRISM_ATTR_TARGET_LATENCY_US)
+PRISM_ATTR(sync_write_expire, PRISM_ATTR_SYNC_WRITE_EXPIRE)
 
 #define PRISM_ATTR_ENTRY(name) \
 	__ATTR(name, 0644, prism_##name##_show, prism_##name##_store)
@@ -1407,6 +1452,7 @@ static struct elv_fs_entry prism_attrs[] = {
 	PRISM_ATTR_ENTRY(low_share),
 	PRISM_ATTR_ENTRY(anticipate_us),
 	PRISM_ATTR_ENTRY(target_latency_us),
+	PRISM_ATTR_ENTRY(sync_write_expire),
 	__ATTR_NULL
 };
 
@@ -1435,6 +1481,7 @@ static int prism_tiers_show(void *data, struct seq_file *m)
 		seq_printf(m, "%s %u %llu %llu %llu %llu %llu %llu %llu %lld %llu %llu %llu %llu\n",
 			   prism_tier_name[t],
 			   tq->queued[PRISM_READ] + tq->queued[PRISM_WRITE] +
+			   tq->queued[PRISM_SYNC_WRITE] +
 			   tq->queued_head,
 			   tq->inserted, tq->requeued, tq->dispatched,
 			   tq->merged, tq->aged, tq->shared, tq->expired,
@@ -1464,7 +1511,7 @@ static int prism_batch_show(void *data, struct seq_file *m)
 
 	seq_printf(m, "tier=%s dir=%s count=%u fifo_batch=%u starved=%u order=%s head=%llu credit_normal=%u credit_low=%u\n",
 		   b.tier >= 0 ? prism_tier_name[b.tier] : "none",
-		   prism_dir_name[b.dir], b.count, fifo_batch,
+		   prism_fifo_name[b.dir], b.count, fifo_batch,
 		   b.starved, sorted ? "sector" : "fifo",
 		   (unsigned long long)head, b.credit[PRISM_NORMAL],
 		   b.credit[PRISM_LOW]);

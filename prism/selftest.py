@@ -27,6 +27,7 @@ SCHEDULERS = ["none", "mq-deadline", "kyber", "bfq", "prism"]
 TUNABLES = {
     "read_expire": (500, 1000, 0, 3600000),
     "write_expire": (5000, 2000, 0, 3600000),
+    "sync_write_expire": (500, 300, 0, 3600000),
     "writes_starved": (2, 4, 0, 2**31 - 1),
     "front_merges": (1, 0, 0, 1),
     "fifo_batch": (16, 8, 0, 2**31 - 1),

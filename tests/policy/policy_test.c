@@ -775,6 +775,76 @@ TEST(simulated_saturation_share_bounds_low_wait)
 #define MS 1000000ULL
 #define US 1000ULL
 
+TEST(sync_writes_go_before_background_writes)
+{
+	CHOOSE_SETUP;
+
+	/* Writeback queued long before an fsync's write: the fsync first. */
+	view_set(v, PRISM_NORMAL, PRISM_WRITE, 40, 100);
+	view_set(v, PRISM_NORMAL, PRISM_SYNC_WRITE, 1, 150);
+	CHECK(choose(v, &b, &t, 160, &c));
+	CHECK_EQ(c.dir, PRISM_SYNC_WRITE);
+	CHECK_EQ(c.take, PRISM_TAKE_FIFO);	/* arrival order, always */
+	CHECK_EQ(b.starved, 1);
+	/* Background writes still get their turn after writes_starved. */
+	b.tier = -1;
+	CHECK(choose(v, &b, &t, 160, &c));
+	CHECK_EQ(c.dir, PRISM_SYNC_WRITE);
+	b.tier = -1;
+	CHECK(choose(v, &b, &t, 160, &c));
+	CHECK_EQ(c.dir, PRISM_WRITE);
+	CHECK_EQ(b.starved, 0);
+}
+
+TEST(reads_and_sync_writes_by_age)
+{
+	CHOOSE_SETUP;
+
+	view_set(v, PRISM_NORMAL, PRISM_READ, 5, 120);
+	view_set(v, PRISM_NORMAL, PRISM_SYNC_WRITE, 2, 110);
+	CHECK(choose(v, &b, &t, 130, &c));
+	CHECK_EQ(c.dir, PRISM_SYNC_WRITE);
+	/* A sync batch goes on from its own FIFO. */
+	CHECK(choose(v, &b, &t, 130, &c));
+	CHECK_EQ(c.dir, PRISM_SYNC_WRITE);
+	CHECK_EQ(c.take, PRISM_TAKE_FIFO);
+	view_set(v, PRISM_NORMAL, PRISM_SYNC_WRITE, 0, 0);
+	b.tier = -1;
+	CHECK(choose(v, &b, &t, 130, &c));
+	CHECK_EQ(c.dir, PRISM_READ);
+}
+
+TEST(sync_write_deadline_and_aging)
+{
+	CHOOSE_SETUP;
+
+	CHECK_EQ(t.fifo_expire[PRISM_SYNC_WRITE], HZ / 2);
+	view_set(v, PRISM_NORMAL, PRISM_SYNC_WRITE, 1, 100);
+	CHECK(choose(v, &b, &t, 100 + HZ / 2 - 1, &c));
+	CHECK(!c.expired);
+	b.tier = -1;
+	CHECK(choose(v, &b, &t, 100 + HZ / 2, &c));
+	CHECK(c.expired);
+	/* Aging looks at a lower tier's sync writes too. */
+	view_clear(v);
+	prism_batch_reset(&b);
+	t.share[PRISM_LOW] = 0;
+	view_set(v, PRISM_HIGH, PRISM_READ, 10, 5000);
+	view_set(v, PRISM_LOW, PRISM_SYNC_WRITE, 1, 100);
+	CHECK(choose(v, &b, &t, 100 + t.prio_aging_expire, &c));
+	CHECK_EQ(c.tier, PRISM_LOW);
+	CHECK_EQ(c.dir, PRISM_SYNC_WRITE);
+	CHECK(c.aged);
+	/* And a lower tier with only sync writes is queued, for shares. */
+	t.share[PRISM_LOW] = 50;
+	prism_batch_reset(&b);
+	CHECK(choose(v, &b, &t, 200, &c));
+	CHECK_EQ(c.tier, PRISM_HIGH);
+	CHECK(choose(v, &b, &t, 200, &c));
+	CHECK_EQ(c.tier, PRISM_LOW);
+	CHECK(c.shared);
+}
+
 TEST(think_time_mean_and_cap)
 {
 	struct prism_think th = { 0 };
