@@ -531,7 +531,12 @@ void prism_depth_init(struct prism_depth_ctl *d, u32 depth)
 
 void prism_bulk_sample(struct prism_depth_ctl *d, u64 service)
 {
-	floor_sample(&d->bulk, &d->bulk_samples, service);
+	if (!d->bulk_samples)
+		d->bulk = service;
+	else
+		ewma(&d->bulk, service);
+	if (d->bulk_samples < PRISM_THINK_SAMPLES)
+		d->bulk_samples++;
 }
 
 /* Lift the limit once the higher tiers have been quiet a while. */

@@ -347,9 +347,11 @@ struct prism_depth_ctl {
 	/*
 	 * Service time of LOW requests dispatched to an idle device: what a
 	 * higher tier's next request waits when a LOW one goes first. The
-	 * automatic anticipation window's base. A running minimum too.
+	 * automatic anticipation window's base. A mean, not a minimum: what a
+	 * LOW request costs the chain includes its seeks, which its best
+	 * case (a sequential read right after another) leaves out.
 	 */
-	u64 bulk;		/* ns, running minimum */
+	u64 bulk;		/* ns, weighted mean */
 	u32 bulk_samples;
 	u64 cuts;		/* statistics: times the limit was cut */
 };

@@ -153,6 +153,7 @@ struct prism_tier_queue {
 	 */
 	u64 done_ns;
 	struct prism_think think;
+	bool flush_seen;	/* a flush of its chain was in the device */
 };
 
 /*
@@ -720,6 +721,17 @@ static void prism_view_flight(struct prism_data *pd, struct request_queue *q,
 			view[t].flushing = true;
 			done = *now;
 			WRITE_ONCE(tq->done_ns, done);
+			tq->flush_seen = true;
+		} else if (!f->foreign && tq->flush_seen) {
+			/*
+			 * The flush has left the device; the hold marked the
+			 * restart, so this run is its completion: the chain's
+			 * next link is due from now, not from the last time a
+			 * run saw the flush, which may be a window ago.
+			 */
+			done = *now;
+			WRITE_ONCE(tq->done_ns, done);
+			tq->flush_seen = false;
 		}
 		tq->think.last_done = done;
 		view[t].anticipated = prism_anticipated(&tq->think, *now,
