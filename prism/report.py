@@ -381,6 +381,7 @@ def report_md(out: Path, command: str, plan: dict, runs: list[dict],
                 lines.append("")
             mine = [r for r in runs if r["kernel"] == kernel and r["workload"] == workload]
             lines += machine_table(mine)
+            lines += flight_table(mine)
             lines += drive_table([r for r in mine if "drive" in r])
             for img in images:
                 if img.startswith(f"{kernel}-{workload}-"):
@@ -573,6 +574,49 @@ def machine_table(runs: list[dict]) -> list[str]:
         lines.append(f"| {sched} | {col([r.get('device_util') for r in mine], 0.01, 0)} | "
                      + " | ".join(col([c.get(k) for c in cpu])
                                   for k in ("busy", "user", "system", "irq")) + " |")
+    return lines + [""]
+
+
+def flight_table(runs: list[dict]) -> list[str]:
+    """prism's in-flight control at the end of each prism run (debugfs
+    "flight"), per scheduler variant: what it measured and how often it
+    held lower tiers back, so a result can be read against its decisions."""
+    rows = [r for r in runs if r.get("prism_flight")]
+    if not rows:
+        return []
+    lines = ["prism's in-flight control at the end of the runs (debugfs `flight`; times in "
+             "ms; holds are dispatch calls that held lower tiers back):", "",
+             "| scheduler | window | HIGH think | NORMAL think | LOW service | lower limit "
+             "| target | held in window | held for depth | LOW by share |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+
+    def flight(key: str, samples: str | None = None):
+        def get(r):
+            f = r["prism_flight"]
+            return f.get(key) if samples is None or f.get(samples) else None
+        return get
+
+    def think(tier: str):
+        def get(r):
+            t = r["prism_flight"].get(tier, {})
+            return t.get("think_us") if t.get("think_samples") else None
+        return get
+
+    def shared(r):
+        t = r.get("prism_tiers", {}).get("low", {})
+        return t["shared"] / t["dispatched"] if t.get("dispatched") else None
+
+    for sched in dict.fromkeys(r["scheduler"] for r in rows):
+        mine = [r for r in rows if r["scheduler"] == sched]
+
+        def col(get, scale: float, digits: int, mine=mine) -> str:
+            return _fmt(stats.summarize([get(r) for r in mine]), scale, digits)
+        lines.append(f"| {sched} | {col(flight('window_us'), 1000, 2)} | "
+                     f"{col(think('high'), 1000, 2)} | {col(think('normal'), 1000, 2)} | "
+                     f"{col(flight('bulk_us', 'bulk_samples'), 1000, 2)} | "
+                     f"{col(flight('lower_limit'), 1, 0)} | "
+                     f"{col(flight('target_us'), 1000, 2)} | {col(flight('held_window'), 1, 0)} | "
+                     f"{col(flight('held_depth'), 1, 0)} | {col(shared, 0.01, 0)} % |")
     return lines + [""]
 
 
