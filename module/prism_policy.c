@@ -516,27 +516,25 @@ static void floor_sample(u64 *floor, u32 *samples, u64 sample)
 		(*samples)++;
 }
 
+/* A weighted mean whose first sample is taken as it is. */
+static void mean_sample(u64 *mean, u32 *samples, u64 sample)
+{
+	if (!*samples)
+		*mean = sample;
+	else
+		ewma(mean, sample);
+	if (*samples < PRISM_THINK_SAMPLES)
+		(*samples)++;
+}
+
 void prism_depth_init(struct prism_depth_ctl *d, u32 depth)
 {
-	d->limit = depth ? depth : 1;
-	d->solo_samples = 0;
-	d->solo = 0;
-	d->lat = 0;
-	d->last_cut = 0;
-	d->last_sample = 0;
-	d->cuts = 0;
-	d->bulk = 0;
-	d->bulk_samples = 0;
+	*d = (struct prism_depth_ctl){ .limit = depth ? depth : 1 };
 }
 
 void prism_bulk_sample(struct prism_depth_ctl *d, u64 service)
 {
-	if (!d->bulk_samples)
-		d->bulk = service;
-	else
-		ewma(&d->bulk, service);
-	if (d->bulk_samples < PRISM_THINK_SAMPLES)
-		d->bulk_samples++;
+	mean_sample(&d->bulk, &d->bulk_samples, service);
 }
 
 /* Lift the limit once the higher tiers have been quiet a while. */

@@ -157,9 +157,10 @@ struct prism_tier_queue {
 };
 
 /*
- * Device times of HIGH and NORMAL requests, summed by finish_request()
- * without the lock and folded into the depth controller at dispatch: the
- * count in the top PRISM_LAT_COUNT_SHIFT.. bits, microseconds below.
+ * Device times, summed by finish_request() without the lock and folded
+ * into the depth controller at dispatch: the count in the bits from
+ * PRISM_LAT_COUNT_SHIFT up, microseconds below. HIGH and NORMAL requests
+ * in all or solo, LOW requests dispatched to an idle device in bulk.
  */
 #define PRISM_LAT_COUNT_SHIFT	44
 #define PRISM_LAT_US_MAX	((1ULL << 32) - 1)
@@ -297,6 +298,17 @@ static u64 prism_inflight(struct prism_tier_queue *tq)
 	s64 inflight = READ_ONCE(tq->started) - atomic64_read(&tq->completed);
 
 	return inflight > 0 ? inflight : 0;
+}
+
+/* Whether a tier below @tier has requests in flight. */
+static bool prism_lower_inflight(struct prism_data *pd, enum prism_tier tier)
+{
+	int t;
+
+	for (t = tier + 1; t < PRISM_NR_TIERS; t++)
+		if (prism_inflight(&pd->tier[t]))
+			return true;
+	return false;
 }
 
 /* Whether a tier below @tier owns requests: whether @tier has any to guard. */
@@ -612,6 +624,18 @@ static u32 prism_device_depth(struct request_queue *q)
 	return q->tag_set->queue_depth * q->nr_hw_queues;
 }
 
+/* Empty @acc; false if it held nothing, else its mean in ns in @mean. */
+static bool prism_lat_take(atomic64_t *acc, u64 *mean)
+{
+	u64 packed = atomic64_xchg(acc, 0);
+	u64 n = packed >> PRISM_LAT_COUNT_SHIFT;
+
+	if (!n)
+		return false;
+	*mean = div64_u64((packed & PRISM_LAT_SUM_MASK) * NSEC_PER_USEC, n);
+	return true;
+}
+
 /*
  * Fold the device times finish_request() summed into the depth
  * controller, one sample per kind (their mean) since the last fold.
@@ -619,26 +643,14 @@ static u32 prism_device_depth(struct request_queue *q)
 static void prism_fold_latency(struct prism_data *pd, u64 now, u32 depth)
 {
 	const struct prism_tunables *t = prism_tun(pd);
-	s64 all = atomic64_xchg(&pd->lat.all, 0);
-	s64 solo = atomic64_xchg(&pd->lat.solo, 0);
-	s64 bulk = atomic64_xchg(&pd->lat.bulk, 0);
-	u64 n;
+	u64 mean;
 
-	n = (u64)solo >> PRISM_LAT_COUNT_SHIFT;
-	if (n)
-		prism_depth_sample(&pd->depth, t,
-				   div64_u64(((u64)solo & PRISM_LAT_SUM_MASK) *
-					     NSEC_PER_USEC, n), true, now, depth);
-	n = (u64)all >> PRISM_LAT_COUNT_SHIFT;
-	if (n)
-		prism_depth_sample(&pd->depth, t,
-				   div64_u64(((u64)all & PRISM_LAT_SUM_MASK) *
-					     NSEC_PER_USEC, n), false, now, depth);
-	n = (u64)bulk >> PRISM_LAT_COUNT_SHIFT;
-	if (n)
-		prism_bulk_sample(&pd->depth,
-				  div64_u64(((u64)bulk & PRISM_LAT_SUM_MASK) *
-					    NSEC_PER_USEC, n));
+	if (prism_lat_take(&pd->lat.solo, &mean))
+		prism_depth_sample(&pd->depth, t, mean, true, now, depth);
+	if (prism_lat_take(&pd->lat.all, &mean))
+		prism_depth_sample(&pd->depth, t, mean, false, now, depth);
+	if (prism_lat_take(&pd->lat.bulk, &mean))
+		prism_bulk_sample(&pd->depth, mean);
 }
 
 /* Add one device time, from the dispatch stamp in priv[1], to @acc. */
@@ -887,23 +899,20 @@ found:
 		st &= ~(PRISM_RQ_SOLO | PRISM_RQ_IDLE_DEV | PRISM_RQ_TIMED);
 		if (tier != PRISM_LOW && prism_want_time(pd, tq, tier)) {
 			/* Device time feeds the depth controller. */
-			if (!now)
-				now = ktime_get_ns();
-			rq->elv.priv[1] = (void *)(unsigned long)now;
 			st |= PRISM_RQ_TIMED;
-			if (!prism_inflight(&pd->tier[tier + 1]) &&
-			    (tier + 1 == PRISM_LOW ||
-			     !prism_inflight(&pd->tier[PRISM_LOW])))
+			if (!prism_lower_inflight(pd, tier))
 				st |= PRISM_RQ_SOLO;
 		} else if (tier == PRISM_LOW &&
 			   !prism_inflight(&pd->tier[PRISM_HIGH]) &&
 			   !prism_inflight(&pd->tier[PRISM_NORMAL]) &&
 			   prism_inflight(tq) == 1) {
 			/* Alone in the device: its time is its service. */
+			st |= PRISM_RQ_IDLE_DEV;
+		}
+		if (st & (PRISM_RQ_TIMED | PRISM_RQ_IDLE_DEV)) {
 			if (!now)
 				now = ktime_get_ns();
 			rq->elv.priv[1] = (void *)(unsigned long)now;
-			st |= PRISM_RQ_IDLE_DEV;
 		}
 		prism_rq_set_state(rq, st);
 	}

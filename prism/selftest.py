@@ -336,8 +336,7 @@ def check_depth_control_cloud(ctx) -> dict:
             runs.append(rec)
 
     def mean(sched, key, which="high"):
-        vals = [r[which][key] for r in runs if r["sched"] == sched]
-        return sum(vals) / len(vals)
+        return runs_mean(runs, sched, which, key)
     ratio = mean("prism", "lat_mean_us") / max(mean("none", "lat_mean_us"), 1)
     prism_runs = [r for r in runs if r["sched"] == "prism"]
     settled = all(r["books"]["balanced"] and all(
@@ -447,6 +446,13 @@ def contention_jobs(dev: str, high: str, low: str, runtime: int) -> list[str]:
 SCHED_TAGS = 64
 
 
+def runs_mean(runs: list[dict], sched: str, job: str, key: str) -> float:
+    """The mean of one job's figure over a contention check's runs under
+    @sched (records {"sched", job name: job record})."""
+    vals = [r[job][key] for r in runs if r["sched"] == sched]
+    return sum(vals) / len(vals)
+
+
 def check_priority_latency(ctx, devkey: str = "nullb") -> dict:
     """HIGH is served before LOW when both queue on a depth-limited
     device: the high-priority job's mean latency under prism against
@@ -471,8 +477,7 @@ def check_priority_latency(ctx, devkey: str = "nullb") -> dict:
             runs.append(rec)
 
     def mean(sched, key, job="high"):
-        vals = [r[job][key] for r in runs if r["sched"] == sched]
-        return sum(vals) / len(vals)
+        return runs_mean(runs, sched, job, key)
     none_lat = mean("none", "lat_mean_us")
     prism_lat = mean("prism", "lat_mean_us")
     ratio = prism_lat / none_lat if none_lat else float("inf")
