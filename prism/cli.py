@@ -21,9 +21,14 @@ import time
 import tomllib
 from pathlib import Path
 
-from . import __version__, bench, blktests, build, diskmodel, kernels, nbd, pgbench, vm, workloads
-from .errors import PrismError, UsageError
-from .guest import NVME_SERIAL, VIRTIO_SERIAL
+from . import __version__
+from .bench import plan
+from .common import workloads
+from .common.errors import PrismError, UsageError
+from .drives import diskmodel, nbd
+from .guest import blktests, pgbench
+from .guest.system import NVME_SERIAL, VIRTIO_SERIAL
+from .host import build, kernels, vm
 
 DEVICES = ("nullb", "virtio", "nvme") + tuple(diskmodel.PROFILES)
 
@@ -33,7 +38,7 @@ def _kernels(arg: str) -> list[kernels.Kernel]:
 
 
 def selftest_disks(rundir: Path) -> list[vm.Disk | vm.ModelDisk]:
-    """What prism.selftest expects: a small virtio disk, two NVMe disks
+    """What prism.guest.selftest expects: a small virtio disk, two NVMe disks
     (one metered at 400 IOPS for the priority check; the driver's queues
     are one tag deep on both) and the emulated HDD."""
     return [vm.Disk(serial=VIRTIO_SERIAL, path=rundir / "virtio.img", size_mb=256),
@@ -65,7 +70,7 @@ def _disks(args, rundir: Path) -> list[vm.Disk | vm.ModelDisk]:
     if args.device == "nvme":
         return [vm.NvmeDisk(serial=NVME_SERIAL, path=rundir / "nvme.img", size_mb=1024)]
     if args.device in diskmodel.PROFILES:
-        return [vm.ModelDisk(bench.disk_profile(args), rundir, trace=True)]
+        return [vm.ModelDisk(plan.disk_profile(args), rundir, trace=True)]
     return []
 
 
@@ -138,7 +143,7 @@ def cmd_selftest(args) -> int:
     for k in _kernels(args.kernel):
         args.device = "selftest" if args.suite == "main" else "selftest-cloud"
         only = f" --only {args.only}" if args.only else ""
-        res = _run_vm(k, f"python3 -m prism.selftest --suite {args.suite} "
+        res = _run_vm(k, f"python3 -m prism.guest.selftest --suite {args.suite} "
                          f"--out results.json{only}", args)
         clean = _report_log(res)
         out = res.rundir / "results.json"
@@ -157,7 +162,7 @@ def run_blktests(k, args) -> tuple[vm.VmResult, dict]:
     rundir = vm.new_rundir()
     blktests.copy_to(built, rundir)
     args.device = "blktests"
-    res = _run_vm(k, f"python3 -m prism.blktests --tests {args.tests} --out blktests.json",
+    res = _run_vm(k, f"python3 -m prism.guest.blktests --tests {args.tests} --out blktests.json",
                   args, rundir=rundir)
     out = rundir / "blktests.json"
     return res, (json.loads(out.read_text()) if out.exists() else {})
@@ -180,12 +185,12 @@ def cmd_blktests(args) -> int:
 
 
 def cmd_bench_run(args) -> int:
-    bench.run(args)
+    plan.run(args)
     return 0
 
 
 def cmd_bench_report(args) -> int:
-    bench.rebuild(Path(args.dir))
+    plan.rebuild(Path(args.dir))
     return 0
 
 
@@ -204,7 +209,7 @@ def cmd_demo(args) -> int:
     stamp = time.strftime("%Y%m%d-%H%M%S")
     args.out = args.out or f"{DEMO_OUT}/demo-{'quick-' if args.quick else ''}{stamp}"
     args.workload = "database_backup"
-    args.schedulers = bench.ALL_SCHEDULERS
+    args.schedulers = plan.ALL_SCHEDULERS
     args.device = "nullb-ssd"
     args.force = False
     if args.quick:
@@ -214,7 +219,7 @@ def cmd_demo(args) -> int:
     for k in _kernels(args.kernel):
         kernels.fetch(k)
     cmd = "prism demo" + (" --quick" if args.quick else "") + f" --kernel {args.kernel}"
-    bench.run(args, command=cmd)
+    plan.run(args, command=cmd)
     return 0
 
 
@@ -226,7 +231,7 @@ def _disk_profile(args):
             name = tomllib.loads(Path(args.disk_params).read_text()).get("profile")
         except (OSError, tomllib.TOMLDecodeError) as e:
             raise UsageError(f"{args.disk_params}: {e}") from None
-    return bench.disk_profile(argparse.Namespace(device=name or "hdd",
+    return plan.disk_profile(argparse.Namespace(device=name or "hdd",
                                                  disk_params=args.disk_params))
 
 
@@ -318,14 +323,14 @@ def parser() -> argparse.ArgumentParser:
     _vm_options(p)
     p.add_argument("--workload", required=True, help="comma list (see prism bench list); "
                    "baselines a workload needs are added")
-    p.add_argument("--schedulers", default=bench.ALL_SCHEDULERS,
+    p.add_argument("--schedulers", default=plan.ALL_SCHEDULERS,
                    help="comma list; variants as NAME:key=val,key=val "
                         "(e.g. bfq:low_latency=0,slice_idle=0); default all five")
     p.add_argument("--reps", type=int, default=5, help="repetitions (default 5)")
     p.add_argument("--runtime", type=int, default=20, help="seconds per run (default 20)")
     p.add_argument("--ramp", type=int, default=2, help="ramp seconds before measuring (default 2)")
     p.add_argument("--device", default="nullb-ssd",
-                   help="a VM profile (" + ", ".join(bench.VM_PROFILES) + "; default nullb-ssd) "
+                   help="a VM profile (" + ", ".join(plan.VM_PROFILES) + "; default nullb-ssd) "
                         "or a real block device such as /dev/sdX (root, no VM)")
     p.add_argument("--force", action="store_true",
                    help="run on a real device even if it is mounted or holds data")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import socket
 import struct
 
-from prism import nbd
+from prism.drives import nbd
 
 
 class Client:

@@ -10,8 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from prism import bench, benchrun, report, stats, workloads
-from prism.errors import PrismError
+from prism.bench import plan as bench
+from prism.bench import report
+from prism.common import stats, workloads
+from prism.common.errors import PrismError
+from prism.guest import benchrun
 
 REPO = Path(__file__).resolve().parent.parent
 DATA = REPO / "tests" / "data" / "fio-run"
@@ -469,7 +472,7 @@ def test_split_trace_gives_each_run_its_lines(tmp_path):
 
 
 def test_machine_cpu_shares_and_table():
-    from prism import benchrun
+    from prism.guest import benchrun
     # user nice system idle iowait irq softirq steal
     shares = benchrun.cpu_shares([100, 0, 50, 1000, 0, 0, 0, 0],
                                  [130, 10, 90, 1100, 10, 5, 5, 0])

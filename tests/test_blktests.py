@@ -1,4 +1,4 @@
-"""blktests' scheduler-relevant block tests (prism.blktests.SCHED_TESTS),
+"""blktests' scheduler-relevant block tests (prism.guest.blktests.SCHED_TESTS),
 one QEMU boot per kernel with prism loaded, so every test that loops over
 a queue's schedulers includes prism and the scratch disk runs under it.
 Each test is a pytest case: it passes when blktests passed it, or when it
@@ -14,7 +14,9 @@ import argparse
 
 import pytest
 
-from prism import blktests, cli, kernels
+from prism import cli
+from prism.guest import blktests
+from prism.host import kernels
 
 
 @pytest.fixture(scope="session")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from prism import kernels
+from prism.host import kernels
 
 REPO = Path(__file__).resolve().parent.parent
 VERSION = (REPO / "module" / "VERSION").read_text().strip()

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from prism.diskmodel import SECTOR, HddModel, HddProfile, SeekCurve, SsdModel
+from prism.drives.diskmodel import SECTOR, HddModel, HddProfile, SeekCurve, SsdModel
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import prism
-from prism import build, kernels
+from prism.host import build, kernels
 
 REPO = Path(__file__).resolve().parent.parent
 MODULE = REPO / "module"

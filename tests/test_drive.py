@@ -7,8 +7,8 @@ import tomllib
 
 import pytest
 
-from prism import diskmodel
-from prism.diskmodel import (
+from prism.drives import diskmodel
+from prism.drives.diskmodel import (
     CloudModel,
     CloudProfile,
     HddModel,
@@ -17,7 +17,7 @@ from prism.diskmodel import (
     SsdModel,
     SsdProfile,
 )
-from prism.drive import FLUSH, READ, WRITE, Command, Drive
+from prism.drives.drive import FLUSH, READ, WRITE, Command, Drive
 
 
 def hdd_drive(**kw) -> Drive:

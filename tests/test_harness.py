@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from prism import build, cli, kernels, klog
-from prism.errors import PrismError
+from prism import cli
+from prism.common.errors import PrismError
+from prism.host import build, kernels, klog
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -157,7 +158,7 @@ def test_selftest_counts_a_starved_job_as_zero_latency():
     then read 0, not be missing (a missing one broke the check once)."""
     import json
 
-    from prism import selftest
+    from prism.guest import selftest
     data = json.loads((REPO / "tests" / "data" / "fio-run" / "fio.json").read_text())
     job = data["jobs"][1]
     for d in ("read", "write"):
@@ -174,7 +175,7 @@ def test_set_scheduler_always_gives_a_fresh_instance(monkeypatch):
     """Selecting the active scheduler again is a no-op in the kernel, so
     a run of prism:low_share=0 followed by one of plain prism measured
     low_share=0 twice. set_scheduler goes through none in that case."""
-    from prism import guest
+    from prism.guest import system as guest
 
     state = {"active": "prism"}
     writes = []
@@ -197,7 +198,7 @@ def test_set_scheduler_always_gives_a_fresh_instance(monkeypatch):
 def test_blktests_results_and_skip_reasons_from_a_recorded_run():
     """blktests' results files (status per test and device) and the skip
     reasons it prints only on its output, from a recorded 6.12 run."""
-    from prism import blktests
+    from prism.guest import blktests
 
     data = Path(__file__).parent / "data" / "blktests"
     results = blktests.parse_results(data / "results")
@@ -209,7 +210,7 @@ def test_blktests_results_and_skip_reasons_from_a_recorded_run():
 
 
 def test_blktests_summary_counts_only_prism_failures_against_prism():
-    from prism import blktests
+    from prism.guest import blktests
 
     doc = {"results": {
         "block/003": {"status": "pass"},
@@ -224,7 +225,7 @@ def test_blktests_summary_counts_only_prism_failures_against_prism():
 
 
 def test_blktests_missing_says_how_to_get_it(monkeypatch, tmp_path):
-    from prism import blktests
+    from prism.guest import blktests
 
     monkeypatch.setenv("PRISM_BLKTESTS", str(tmp_path / "nowhere"))
     with pytest.raises(blktests.Missing, match="git clone https://github.com/osandov/blktests"):

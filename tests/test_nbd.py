@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from nbdclient import Client
 
-from prism import nbd
+from prism.drives import nbd
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -143,7 +143,8 @@ def test_bad_parameter_file_is_refused(tmp_path):
 
 def test_model_disk_starts_and_stops_its_server(tmp_path):
     """What prism vm --device hdd does around the boot, without the boot."""
-    from prism import diskmodel, vm
+    from prism.drives import diskmodel
+    from prism.host import vm
 
     disk = vm.ModelDisk(diskmodel.HddProfile(queue_depth=2), tmp_path, trace=True)
     disk.start()
@@ -184,8 +185,8 @@ def test_closing_a_connection_twice_is_harmless(tmp_path):
     import selectors
     import socket
 
-    from prism import diskmodel
-    from prism.drive import Drive
+    from prism.drives import diskmodel
+    from prism.drives.drive import Drive
 
     srv = nbd.Server(Drive(diskmodel.make_model(diskmodel.HddProfile())),
                      tmp_path / "img", 1 << 20, tmp_path / "sock")
@@ -199,8 +200,9 @@ def test_closing_a_connection_twice_is_harmless(tmp_path):
 
 
 def test_disks_that_need_different_module_parameters_cannot_share_a_boot(tmp_path):
-    from prism import diskmodel, vm
-    from prism.errors import PrismError
+    from prism.common.errors import PrismError
+    from prism.drives import diskmodel
+    from prism.host import vm
 
     hdd = vm.ModelDisk(diskmodel.HddProfile(), tmp_path / "a")
     cloud = vm.ModelDisk(diskmodel.CloudProfile(), tmp_path / "b")

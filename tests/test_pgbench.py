@@ -1,12 +1,12 @@
 """pgbench's per-transaction logs and the backup's byte counts as job
-records (prism.pgbench), on logs recorded from PostgreSQL 15's pgbench
+records (prism.guest.pgbench), on logs recorded from PostgreSQL 15's pgbench
 (-c 4 -j 2 -l: one file per thread)."""
 
 from pathlib import Path
 
 import pytest
 
-from prism import pgbench
+from prism.guest import pgbench
 
 DATA = Path(__file__).parent / "data" / "pgbench"
 
@@ -70,7 +70,7 @@ def test_a_missing_postgresql_names_its_package(monkeypatch):
 def test_report_of_pgbench_runs(tmp_path):
     """The records go through the report like fio's: isolation against
     pgbench_alone, the transaction table and the backup's bandwidth."""
-    from prism import report
+    from prism.bench import report
     runs = []
     for rep in range(2):
         for sched in ("none", "prism"):

@@ -1,5 +1,5 @@
 """The kernel tests: one QEMU boot per supported kernel runs the whole
-in-guest suite (prism/selftest.py); each check is asserted here on its
+in-guest suite (prism/guest/selftest.py); each check is asserted here on its
 own, and after each boot the kernel log must hold no WARN, BUG, oops,
 lockdep or hung-task report.
 
@@ -10,7 +10,10 @@ import json
 
 import pytest
 
-from prism import build, cli, diskmodel, kernels, selftest, vm
+from prism import cli
+from prism.drives import diskmodel
+from prism.guest import selftest
+from prism.host import build, kernels, vm
 
 CHECK_NAMES = ["setup"] + [name for name, _ in selftest.CHECKS]
 
@@ -23,7 +26,7 @@ def boot(kernel, request):
     ko = build.build(k)
     rundir = vm.new_rundir()
     disks = cli.selftest_disks(rundir)
-    res = vm.run(k, "python3 -m prism.selftest --out results.json", ko=ko,
+    res = vm.run(k, "python3 -m prism.guest.selftest --out results.json", ko=ko,
                  disks=disks, timeout=2400, rundir=rundir, echo=True)
     out = rundir / "results.json"
     results = json.loads(out.read_text()) if out.exists() else {}
@@ -41,7 +44,7 @@ def cloud_boot(request):
     k = kernels.get("6.12" if "6.12" in series else series[0])
     ko = build.build(k)
     rundir = vm.new_rundir()
-    res = vm.run(k, "python3 -m prism.selftest --suite cloud --out results.json", ko=ko,
+    res = vm.run(k, "python3 -m prism.guest.selftest --suite cloud --out results.json", ko=ko,
                  disks=cli.cloud_check_disks(rundir), timeout=900, rundir=rundir, echo=True)
     out = rundir / "results.json"
     return res, (json.loads(out.read_text()) if out.exists() else {})
@@ -124,7 +127,7 @@ def test_bench_quick_end_to_end(request, tmp_path, device):
         pytest.skip("--no-vm")
     import argparse
 
-    from prism import bench
+    from prism.bench import plan as bench
 
     series = [s.strip() for s in request.config.getoption("--kernels").split(",")]
     kernel = "6.12" if "6.12" in series else series[0]
@@ -163,7 +166,8 @@ def test_bench_every_workload_on_the_hdd(request, tmp_path):
         pytest.skip("--no-vm")
     import argparse
 
-    from prism import bench, workloads
+    from prism.bench import plan as bench
+    from prism.common import workloads
 
     series = [s.strip() for s in request.config.getoption("--kernels").split(",")]
     kernel = "6.12" if "6.12" in series else series[0]

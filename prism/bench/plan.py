@@ -17,10 +17,14 @@ import time
 import tomllib
 from pathlib import Path
 
-from . import build, diskmodel, kernels, pgbench, report, stats, vm, workloads
-from .benchrun import MODEL_PROFILES, NULLB_PROFILES, parse_scheduler
-from .errors import PrismError, UsageError
-from .guest import NVME_SERIAL, VIRTIO_SERIAL
+from ..common import stats, workloads
+from ..common.errors import PrismError, UsageError
+from ..drives import diskmodel
+from ..guest import pgbench
+from ..guest.benchrun import MODEL_PROFILES, NULLB_PROFILES, parse_scheduler
+from ..guest.system import NVME_SERIAL, VIRTIO_SERIAL
+from ..host import build, kernels, vm
+from . import report
 
 KNOWN_SCHEDULERS = ("none", "mq-deadline", "kyber", "bfq", "prism")
 ALL_SCHEDULERS = ",".join(KNOWN_SCHEDULERS)
@@ -160,7 +164,7 @@ def disk_profile(args) -> diskmodel.Profile:
 def source_revision() -> str | None:
     """The commit of the prism tree that runs, '+changes' if its module
     or harness differ from it: a report says which code it measured."""
-    repo = Path(__file__).resolve().parent.parent
+    repo = build.REPO
     try:
         head = subprocess.run(["git", "-C", str(repo), "rev-parse", "--short=12", "HEAD"],
                               capture_output=True, text=True, check=True).stdout.strip()
@@ -242,7 +246,7 @@ def run_in_vm(k: kernels.Kernel, plan: dict, args) -> tuple[Path, list[dict]]:
     (rundir / "plan.json").write_text(json.dumps(plan, indent=1))
     kernels.log(f"{k.series}: {len(plan['workloads']) * len(plan['schedulers']) * plan['reps']} "
                 f"runs in one boot; raw output in {rundir / 'bench'}")
-    res = vm.run(k, "python3 -m prism.benchrun --plan plan.json --out bench", ko=ko,
+    res = vm.run(k, "python3 -m prism.guest.benchrun --plan plan.json --out bench", ko=ko,
                  disks=disks, memory="2G", rundir=rundir, accel=args.accel,
                  timeout=max(args.timeout, boot_budget(plan)))
     probs = res.log_problems
@@ -266,7 +270,7 @@ def run_on_device(plan: dict, args) -> tuple[Path, list[dict]]:
     out = Path(args.out) / "raw"
     planfile = Path(args.out) / "plan.json"
     planfile.write_text(json.dumps(plan, indent=1))
-    r = subprocess.run([sys.executable, "-m", "prism.benchrun", "--plan", str(planfile),
+    r = subprocess.run([sys.executable, "-m", "prism.guest.benchrun", "--plan", str(planfile),
                         "--out", str(out)])
     if r.returncode:
         raise PrismError(f"benchmark on {args.device} failed")

@@ -1,4 +1,4 @@
-"""The benchmark workloads: fio job files in prism/jobs/, each with the
+"""The benchmark workloads: fio job files in prism/common/jobs/, each with the
 seed it comes from, which job is latency-sensitive and which is bulk, and
 the workload that gives the latency-sensitive job's baseline alone."""
 
@@ -24,7 +24,7 @@ class Workload:
     filesystem: bool = False         # runs in a fresh ext4 on the device (job files use DIR)
     metric: str = "p99_us"           # the high job's figure the isolation ratio compares
     family: str | None = None        # workloads varying one parameter (token_*)
-    # An application instead of fio: "pgbench" (prism.pgbench); companion
+    # An application instead of fio: "pgbench" (prism.guest.pgbench); companion
     # is what runs beside it: "basebackup" (pg_basebackup, IDLE) or "fio"
     # (the workload's job file).
     app: str | None = None

@@ -14,7 +14,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from .errors import PrismError, UsageError
+from ..common.errors import PrismError, UsageError
 
 
 @dataclasses.dataclass(frozen=True)
@@ -134,7 +134,7 @@ def check_offered(k: Kernel, pkg: str) -> None:
     if k.version not in versions:
         offered = ", ".join(versions) if versions else "nothing"
         raise PrismError(
-            f"{pkg}={k.version} (pinned in prism/kernels.py) is not offered by "
+            f"{pkg}={k.version} (pinned in prism/host/kernels.py) is not offered by "
             f"apt; offered: {offered}")
 
 

@@ -3,7 +3,7 @@ repetitions, interleaved) on one device and leaves fio's JSON and
 per-second logs for each run. It runs inside the test VM for the device
 profiles, or on the host for a real device the user named.
 
-  python3 -m prism.benchrun --plan plan.json --out DIR
+  python3 -m prism.guest.benchrun --plan plan.json --out DIR
 """
 
 from __future__ import annotations
@@ -16,9 +16,10 @@ import subprocess
 import time
 from pathlib import Path
 
-from . import guest as g
-from . import pgbench, stats
-from .workloads import WORKLOADS
+from ..common import stats
+from ..common.workloads import WORKLOADS
+from . import pgbench
+from . import system as g
 
 # Device profiles made inside the VM. nullb-ssd: few slots and a long
 # enough service time that the device, not TCG's CPU, is the bottleneck;
@@ -28,7 +29,7 @@ NULLB_PROFILES = {
     "nullb-cpu": {"depth": 64, "completion_us": 0},
 }
 NULLB_SIZE_MB = 4096
-# The emulated drives (prism.drive, served from the host over NBD), and
+# The emulated drives (prism.drives, served from the host over NBD), and
 # nr_requests under a scheduler: virtio's default is twice the device depth,
 # 2 for a disk that takes one command at a time, which would leave nothing
 # to sort; a SATA disk behind AHCI gets 64 (twice its 32 host tags), as
@@ -305,7 +306,7 @@ def schedule(plan: dict) -> list[dict]:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python3 -m prism.benchrun")
+    ap = argparse.ArgumentParser(prog="python3 -m prism.guest.benchrun")
     ap.add_argument("--plan", required=True)
     ap.add_argument("--out", required=True)
     args = ap.parse_args(argv)

@@ -16,7 +16,7 @@ SYS_BLOCK = Path("/sys/block")
 VIRTIO_SERIAL = "prism-virtio"
 # The serial of the file-backed disk behind QEMU's NVMe controller.
 NVME_SERIAL = "prism-nvme"
-# The emulated drives, by profile (prism.vm.ModelDisk attaches them).
+# The emulated drives, by profile (prism.host.vm.ModelDisk attaches them).
 MODEL_SERIALS = {"hdd": "prism-hdd", "hdd-ncq": "prism-hdd-ncq",
                  "ssd-model": "prism-ssd-model", "cloud": "prism-cloud"}
 DEBUGFS = Path("/sys/kernel/debug")

@@ -29,7 +29,7 @@ import threading
 import time
 from pathlib import Path
 
-from .errors import PrismError
+from ..common.errors import PrismError
 
 # Scale 200 is about 3 GB of tables and indexes: well over what a 2 GiB
 # guest can cache, so transactions read from the device.

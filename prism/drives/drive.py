@@ -1,5 +1,5 @@
 """The emulated drive: what sits between the commands a host sends and the
-timing model of the media (prism.diskmodel).
+timing model of the media (prism.drives.diskmodel).
 
 A Drive keeps the queue of commands the device has accepted and decides
 what its actuator (HDD) or channels (SSD) serve next, in an event order

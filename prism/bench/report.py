@@ -30,8 +30,8 @@ import datetime
 import json
 from pathlib import Path
 
-from . import stats
-from .workloads import WORKLOADS
+from ..common import stats
+from ..common.workloads import WORKLOADS
 
 SUMMARY_METRICS = ("iops", "bw_kib", "lat_mean_us", "clat_mean_us", "p50_us",
                    "p95_us", "p99_us", "p99_9_us", "lat_max_us", "usr_cpu",
@@ -56,7 +56,7 @@ def collect(raw: Path, kernel: str) -> list[dict]:
         if "prism_flight" in meta:
             run["prism_flight"] = meta["prism_flight"]
         if (rundir / "jobs.json").exists():
-            # An application's run (prism.pgbench): its records are made in the guest.
+            # An application's run (prism.guest.pgbench): its records are made in the guest.
             run["jobs"] = json.loads((rundir / "jobs.json").read_text())
         else:
             run["jobs"] = stats.run_records(json.loads((rundir / "fio.json").read_text()),

@@ -11,7 +11,7 @@ scratch disk (TEST_DEVS) runs under prism. A test that fails is run again
 with prism unloaded: only a failure that goes away then is prism's.
 
 Host:  prism blktests --kernel all [--tests block/005,...]
-Guest: python3 -m prism.blktests --tests ... --out blktests.json
+Guest: python3 -m prism.guest.blktests --tests ... --out blktests.json
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ def source() -> Path:
     """The blktests snapshot: $PRISM_BLKTESTS, or the pinned tarball in
     ../shared/third-party/ next to the checkout."""
     env = os.environ.get("PRISM_BLKTESTS")
-    repo = Path(__file__).resolve().parent.parent
+    repo = Path(__file__).resolve().parents[2]
     candidates = [Path(env)] if env else [repo.parent / "shared" / "third-party" / TARBALL_NAME]
     for c in candidates:
         if c.exists():
@@ -172,9 +172,9 @@ def run_check(root: Path, tests: list[str], log: Path) -> dict[str, dict]:
 
 
 def guest_main(argv=None) -> int:
-    from . import guest as g
+    from . import system as g
 
-    ap = argparse.ArgumentParser(prog="python3 -m prism.blktests")
+    ap = argparse.ArgumentParser(prog="python3 -m prism.guest.blktests")
     ap.add_argument("--tests", default=",".join(SCHED_TESTS),
                     help="comma-separated, or 'block' for the whole group")
     ap.add_argument("--out", default="blktests.json")

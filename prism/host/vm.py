@@ -21,9 +21,10 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from . import build, diskmodel, kernels, klog
-from .errors import PrismError, UsageError
-from .guest import MODEL_SERIALS
+from ..common.errors import PrismError, UsageError
+from ..drives import diskmodel
+from ..guest.system import MODEL_SERIALS
+from . import build, kernels, klog
 
 REPO = build.REPO
 

@@ -3,7 +3,7 @@ kernel, run in one boot per kernel. Each check returns a record
 {"ok": bool, ...details}; the host side (tests/test_vm.py) asserts on
 them one by one, and on the kernel log afterwards.
 
-Run in the guest as: python3 -m prism.selftest --out results.json
+Run in the guest as: python3 -m prism.guest.selftest --out results.json
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ import time
 import traceback
 from pathlib import Path
 
-from . import guest as g
-from . import stats
+from ..common import stats
+from . import system as g
 
 SCHEDULERS = ["none", "mq-deadline", "kyber", "bfq", "prism"]
 
@@ -996,7 +996,7 @@ SUITES = {"main": (setup, CHECKS), "cloud": (setup_cloud, CLOUD_CHECKS)}
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python3 -m prism.selftest")
+    ap = argparse.ArgumentParser(prog="python3 -m prism.guest.selftest")
     ap.add_argument("--out", default="results.json")
     ap.add_argument("--only", help="comma-separated check names")
     ap.add_argument("--suite", choices=tuple(SUITES), default="main")

@@ -7,10 +7,10 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from ..common.errors import PrismError
 from . import kernels
-from .errors import PrismError
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 MODULE_SRC = REPO / "module"
 MODULE_NAME = "prism-iosched"
 # The files Kbuild compiles; checkpatch must pass on each.

@@ -1,0 +1,6 @@
+"""The bottom layer, shared by the plan on the host, the run in the guest
+and the report: errors.py (the harness's exceptions), workloads.py with
+the fio job files in jobs/ (the workload catalogue), and stats.py (fio's
+output read into per-job records, and the statistics the report draws
+from them). It imports nothing of prism outside this package.
+"""
