@@ -26,9 +26,8 @@ from .bench import plan
 from .common import workloads
 from .common.errors import PrismError, UsageError
 from .drives import diskmodel, nbd
-from .guest import blktests, pgbench
 from .guest.system import NVME_SERIAL, VIRTIO_SERIAL
-from .host import build, kernels, vm
+from .host import blktests, build, kernels, pgimage, vm
 
 DEVICES = ("nullb", "virtio", "nvme") + tuple(diskmodel.PROFILES)
 
@@ -336,9 +335,9 @@ def parser() -> argparse.ArgumentParser:
                    help="run on a real device even if it is mounted or holds data")
     p.add_argument("--disk-params", metavar="FILE",
                    help="parameter file for an emulated drive (see prism disk params)")
-    p.add_argument("--pgbench-scale", type=int, default=pgbench.DEFAULT_SCALE,
+    p.add_argument("--pgbench-scale", type=int, default=pgimage.DEFAULT_SCALE,
                    help="pgbench's scale for the pgbench_* workloads (default "
-                        f"{pgbench.DEFAULT_SCALE}, about 3 GB: more than the guest caches); "
+                        f"{pgimage.DEFAULT_SCALE}, about 3 GB: more than the guest caches); "
                         "the database is built once per scale on the host")
     p.add_argument("--out", required=True, help="directory for the report")
     p.set_defaults(func=cmd_bench_run)

@@ -15,8 +15,7 @@ import argparse
 import pytest
 
 from prism import cli
-from prism.guest import blktests
-from prism.host import kernels
+from prism.host import blktests, kernels
 
 
 @pytest.fixture(scope="session")

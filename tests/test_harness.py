@@ -210,7 +210,7 @@ def test_blktests_results_and_skip_reasons_from_a_recorded_run():
 
 
 def test_blktests_summary_counts_only_prism_failures_against_prism():
-    from prism.guest import blktests
+    from prism.host import blktests
 
     doc = {"results": {
         "block/003": {"status": "pass"},
@@ -225,7 +225,7 @@ def test_blktests_summary_counts_only_prism_failures_against_prism():
 
 
 def test_blktests_missing_says_how_to_get_it(monkeypatch, tmp_path):
-    from prism.guest import blktests
+    from prism.host import blktests
 
     monkeypatch.setenv("PRISM_BLKTESTS", str(tmp_path / "nowhere"))
     with pytest.raises(blktests.Missing, match="git clone https://github.com/osandov/blktests"):

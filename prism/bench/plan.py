@@ -20,10 +20,9 @@ from pathlib import Path
 from ..common import stats, workloads
 from ..common.errors import PrismError, UsageError
 from ..drives import diskmodel
-from ..guest import pgbench
 from ..guest.benchrun import MODEL_PROFILES, NULLB_PROFILES, parse_scheduler
 from ..guest.system import NVME_SERIAL, VIRTIO_SERIAL
-from ..host import build, kernels, vm
+from ..host import build, kernels, pgimage, vm
 from . import report
 
 KNOWN_SCHEDULERS = ("none", "mq-deadline", "kyber", "bfq", "prism")
@@ -187,7 +186,7 @@ def make_plan(args) -> dict:
         # Recorded with the results: what the emulated drive was.
         plan["disk_params"] = dataclasses.asdict(disk_profile(args))
     if any(workloads.WORKLOADS[w].app == "pgbench" for w in plan["workloads"]):
-        plan["pgbench_scale"] = getattr(args, "pgbench_scale", pgbench.DEFAULT_SCALE)
+        plan["pgbench_scale"] = getattr(args, "pgbench_scale", pgimage.DEFAULT_SCALE)
     return plan
 
 
@@ -216,7 +215,7 @@ def with_database(plan: dict) -> dict:
     a plan that runs pgbench."""
     if "pgbench_scale" not in plan:
         return plan
-    return dict(plan, pgbench_image=str(pgbench.image(plan["pgbench_scale"])))
+    return dict(plan, pgbench_image=str(pgimage.image(plan["pgbench_scale"])))
 
 
 def boot_budget(plan: dict) -> float:

@@ -1,14 +1,11 @@
-"""blktests' block group against prism, in the VM.
+"""blktests' block group against prism, in the guest.
 
-blktests (osandov/blktests) has no Debian package; the project pins a
-snapshot, ../shared/third-party/blktests-<commit>.tar.gz next to the
-checkout, or the tarball or checkout named by $PRISM_BLKTESTS. The host
-unpacks and builds it once in the cache (its helpers need gcc, make and
-GNU awk) and copies it into the VM's run directory, where the guest can
-write its results. In the guest, prism is loaded first, so every test that
-loops over a queue's schedulers (_io_schedulers) includes it, and the
-scratch disk (TEST_DEVS) runs under prism. A test that fails is run again
-with prism unloaded: only a failure that goes away then is prism's.
+The host (prism.host.blktests) builds blktests and copies it into the
+VM's run directory, where the guest can write its results. Here prism is
+loaded first, so every test that loops over a queue's schedulers
+(_io_schedulers) includes it, and the scratch disk (TEST_DEVS) runs under
+prism. A test that fails is run again with prism unloaded: only a failure
+that goes away then is prism's.
 
 Host:  prism blktests --kernel all [--tests block/005,...]
 Guest: python3 -m prism.guest.blktests --tests ... --out blktests.json
@@ -22,11 +19,8 @@ import os
 import re
 import shutil
 import subprocess
-import tarfile
 from pathlib import Path
 
-COMMIT = "613b837"
-TARBALL_NAME = f"blktests-{COMMIT}.tar.gz"
 # The scratch disk the host attaches for TEST_DEVS (virtio, file-backed).
 SCRATCH_SERIAL = "prism-blktests"
 
@@ -45,60 +39,6 @@ SCHED_TESTS = ["block/003", "block/004", "block/005", "block/009",
 # without it some tests read their whole size, which TCG takes hours for.
 FIO_TIMEOUT = 30
 
-
-class Missing(Exception):
-    """blktests is not available here; the message says how to get it."""
-
-
-def source() -> Path:
-    """The blktests snapshot: $PRISM_BLKTESTS, or the pinned tarball in
-    ../shared/third-party/ next to the checkout."""
-    env = os.environ.get("PRISM_BLKTESTS")
-    repo = Path(__file__).resolve().parents[2]
-    candidates = [Path(env)] if env else [repo.parent / "shared" / "third-party" / TARBALL_NAME]
-    for c in candidates:
-        if c.exists():
-            return c
-    raise Missing(
-        f"blktests not found (looked for {', '.join(map(str, candidates))}); get it with "
-        f"'git clone https://github.com/osandov/blktests && git -C blktests checkout "
-        f"{COMMIT}' and set PRISM_BLKTESTS to that directory (or to a tarball of it)")
-
-
-def prepare(cache: Path) -> Path:
-    """Unpack and build blktests once under @cache; returns its directory."""
-    src = source()
-    dest = cache / f"blktests-{COMMIT}"
-    if (dest / ".built").exists():
-        return dest
-    if not shutil.which("gawk"):
-        raise Missing("blktests needs GNU awk: apt-get install gawk")
-    shutil.rmtree(dest, ignore_errors=True)
-    if src.is_dir():
-        shutil.copytree(src, dest, ignore=shutil.ignore_patterns(".git", "results"))
-    else:
-        tmp = cache / f"blktests-{COMMIT}.unpack"
-        shutil.rmtree(tmp, ignore_errors=True)
-        with tarfile.open(src) as tf:
-            tf.extractall(tmp)
-        (top,) = list(tmp.iterdir())
-        top.rename(dest)
-        tmp.rmdir()
-    r = subprocess.run(["make", "-C", str(dest), "-j2"], capture_output=True, text=True)
-    if r.returncode:
-        raise RuntimeError(f"building blktests failed:\n{r.stderr[-2000:]}")
-    (dest / ".built").write_text("ok\n")
-    return dest
-
-
-def copy_to(built: Path, rundir: Path) -> Path:
-    dest = rundir / "blktests"
-    shutil.rmtree(dest, ignore_errors=True)
-    shutil.copytree(built, dest, symlinks=True)
-    return dest
-
-
-# --- in the guest -------------------------------------------------------
 
 def parse_results(results: Path) -> dict[str, dict]:
     """blktests writes results/<device or nodev>/<group>/<test>, one
@@ -216,20 +156,6 @@ def guest_main(argv=None) -> int:
         g.log(f"{t}: {r['status']}" + (f" ({r['reason']})" if r.get("reason") else "")
               + (f" [without prism: {r['without_prism']}]" if "without_prism" in r else ""))
     return 1 if any(r.get("prism_failure") for r in with_prism.values()) else 0
-
-
-def summary(doc: dict) -> dict[str, list[str]]:
-    """Tests by outcome: passed, failed (prism's), failed_elsewhere, not_run."""
-    out: dict[str, list[str]] = {"passed": [], "failed": [], "failed_elsewhere": [],
-                                 "not_run": []}
-    for t, r in sorted(doc.get("results", {}).items()):
-        if r["status"] == "pass":
-            out["passed"].append(t)
-        elif r["status"] == "fail":
-            out["failed" if r.get("prism_failure") else "failed_elsewhere"].append(t)
-        else:
-            out["not_run"].append(f"{t}: {r.get('reason', r['status'])}")
-    return out
 
 
 if __name__ == "__main__":

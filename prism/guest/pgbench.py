@@ -3,18 +3,15 @@ device under test, TPC-B-like transactions at the default I/O priority,
 beside a real backup (pg_basebackup, whose server process is put in the
 IDLE class) or a plain sequential reader at BE7.
 
-- host (image): the database is initialised once per scale at the host's
-  native speed (pgbench -i under TCG would take most of an hour) into an
-  ext4 image cached under ~/.cache/prism/pgbench. PostgreSQL refuses to
-  run as root, so it runs as the unprivileged user nobody (setpriv): no
+- Database: the image the host built (prism.host.pgimage) is written onto
+  the device once per boot; each run mounts it, drops the page cache,
+  starts the server, and stops it afterwards. PostgreSQL refuses to run
+  as root, so it runs as the unprivileged user nobody (setpriv): no
   account is created on the host or in the guest.
-- guest (Database): the image is written onto the device once per boot;
-  each run mounts it, drops the page cache, starts the server, and stops
-  it afterwards.
-- both (records): pgbench's per-transaction log and the backup's byte
-  count become job records with the fields of stats.job_record, so the
-  report treats them like fio's jobs (IOPS is then transactions per
-  second and latency is per transaction).
+- records: pgbench's per-transaction log and the backup's byte count
+  become job records with the fields of stats.job_record, so the report
+  treats them like fio's jobs (IOPS is then transactions per second and
+  latency is per transaction).
 """
 
 from __future__ import annotations
@@ -22,23 +19,17 @@ from __future__ import annotations
 import glob
 import math
 import os
-import shutil
 import subprocess
-import tempfile
 import threading
 import time
 from pathlib import Path
 
 from ..common.errors import PrismError
 
-# Scale 200 is about 3 GB of tables and indexes: well over what a 2 GiB
-# guest can cache, so transactions read from the device.
-DEFAULT_SCALE = 200
 CLIENTS = 4
 THREADS = 2
 USER = "nobody"
 GROUP = "nogroup"
-CACHE = Path(os.environ.get("PRISM_CACHE", Path.home() / ".cache" / "prism")) / "pgbench"
 PERCENTILES = {"p50": 50.0, "p95": 95.0, "p99": 99.0, "p99_9": 99.9}
 
 
@@ -56,65 +47,11 @@ def as_user(cmd: list[str]) -> list[str]:
             "--reset-env", *cmd]
 
 
-def _run(cmd: list[str], what: str, **kw) -> subprocess.CompletedProcess:
+def run_checked(cmd: list[str], what: str, **kw) -> subprocess.CompletedProcess:
     r = subprocess.run(cmd, text=True, capture_output=True, **kw)
     if r.returncode:
         raise PrismError(f"{what} failed ({r.returncode}): {(r.stderr or r.stdout).strip()[-600:]}")
     return r
-
-
-# -- host: the initialised database as an ext4 image --------------------------
-
-def image(scale: int = DEFAULT_SCALE, cache: Path = CACHE) -> Path:
-    """An ext4 image holding pgdata/ (initialised by pgbench -i -s @scale)
-    and run/ (the server's socket directory), both owned by nobody; built
-    once and cached."""
-    pg = bindir()
-    version = pg.parent.name
-    img = cache / f"pgdata-{version}-s{scale}.img"
-    if img.exists():
-        return img
-    for tool in ("setpriv", "mkfs.ext4"):
-        if not shutil.which(tool):
-            raise PrismError(f"{tool} not found (apt-get install "
-                             f"{'util-linux' if tool == 'setpriv' else 'e2fsprogs'})")
-    # Built outside the cache: ~ (root's home) is closed to nobody.
-    cache.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix=f"prism-pgbench-s{scale}-", dir="/var/tmp"))
-    work.chmod(0o755)
-    root = work / "root"
-    (root / "pgdata").mkdir(parents=True)
-    (root / "run").mkdir()
-    for d in (work, root / "pgdata", root / "run"):
-        shutil.chown(d, USER, GROUP)
-    print(f"prism: initialising a pgbench database at scale {scale} (once; cached in {img})",
-          flush=True)
-    data, sock = root / "pgdata", root / "run"
-    _run(as_user([str(pg / "initdb"), "-D", str(data), "-A", "trust", "-U", "postgres",
-                  "--no-sync"]), "initdb")
-    _run(as_user([str(pg / "pg_ctl"), "-D", str(data), "-w", "-l", str(work / "server.log"),
-                  "-o", f"-k {sock} -c listen_addresses=''", "start"]), "starting PostgreSQL")
-    try:
-        _run([str(pg / "pgbench"), "-i", "-q", "-s", str(scale), "-h", str(sock),
-              "-U", "postgres", "postgres"], "pgbench -i", timeout=3600)
-        # WAL is recycled past max_wal_size: this bounds what runs add.
-        for sql in ("ALTER SYSTEM SET max_wal_size = '512MB'", "CHECKPOINT"):
-            _run([str(pg / "psql"), "-h", str(sock), "-U", "postgres", "-c", sql,
-                  "postgres"], sql)
-    finally:
-        subprocess.run(as_user([str(pg / "pg_ctl"), "-D", str(data), "-w", "-m", "fast",
-                                "stop"]), capture_output=True)
-    (data / "postmaster.log").unlink(missing_ok=True)
-    used = sum(f.stat().st_size for f in root.rglob("*") if f.is_file())
-    # Room for what the runs write (WAL up to max_wal_size, history rows);
-    # the whole image is written to the device at each boot, so no more.
-    size_mb = int(math.ceil((used / 2**20 + 1024) / 256) * 256)
-    tmp = img.with_suffix(".tmp")
-    _run(["mkfs.ext4", "-q", "-F", "-d", str(root), "-E",
-          "lazy_itable_init=0,lazy_journal_init=0", str(tmp), f"{size_mb}M"], "mkfs.ext4 -d")
-    tmp.rename(img)
-    shutil.rmtree(work, ignore_errors=True)
-    return img
 
 
 # -- guest: the database on the device under test -----------------------------
@@ -139,7 +76,7 @@ class Database:
         device made afresh must be given it again)."""
         if self.written == dev:
             return
-        _run(["dd", f"if={self.image}", f"of={dev}", "bs=4M", "oflag=direct",
+        run_checked(["dd", f"if={self.image}", f"of={dev}", "bs=4M", "oflag=direct",
               "conv=fsync", "status=none"], f"writing the database image to {dev}", timeout=1800)
         self.written = dev
 
@@ -148,10 +85,10 @@ class Database:
 
     def start(self, dev: str) -> None:
         MOUNT.mkdir(parents=True, exist_ok=True)
-        _run(["mount", "-t", "ext4", dev, str(MOUNT)], f"mounting {dev}")
+        run_checked(["mount", "-t", "ext4", dev, str(MOUNT)], f"mounting {dev}")
         # Every run starts with nothing of the database cached.
         subprocess.run("sync; echo 3 > /proc/sys/vm/drop_caches", shell=True)
-        _run(as_user([str(self.pg / "pg_ctl"), "-D", str(MOUNT / "pgdata"), "-w",
+        run_checked(as_user([str(self.pg / "pg_ctl"), "-D", str(MOUNT / "pgdata"), "-w",
                       "-t", "300", "-l", str(MOUNT / "run" / "server.log"), "-o",
                       f"-k {self.sock} -c listen_addresses='' -c max_connections=20 "
                       "-c dynamic_shared_memory_type=mmap", "start"]),

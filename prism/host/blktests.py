@@ -1,0 +1,89 @@
+"""blktests on the host: the project pins a snapshot of osandov/blktests
+(it has no Debian package), ../shared/third-party/blktests-<commit>.tar.gz
+next to the checkout, or the tarball or checkout named by $PRISM_BLKTESTS.
+The host unpacks and builds it once in the cache (its helpers need gcc,
+make and GNU awk), copies it into the VM's run directory for the guest
+side (prism.guest.blktests) to run, and sums up what it found.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tarfile
+from pathlib import Path
+
+from ..guest.blktests import SCHED_TESTS, SCRATCH_SERIAL
+from .build import REPO
+
+__all__ = ["SCHED_TESTS", "SCRATCH_SERIAL", "Missing", "source", "prepare", "copy_to", "summary"]
+
+COMMIT = "613b837"
+TARBALL_NAME = f"blktests-{COMMIT}.tar.gz"
+
+
+class Missing(Exception):
+    """blktests is not available here; the message says how to get it."""
+
+
+def source() -> Path:
+    """The blktests snapshot: $PRISM_BLKTESTS, or the pinned tarball in
+    ../shared/third-party/ next to the checkout."""
+    env = os.environ.get("PRISM_BLKTESTS")
+    repo = REPO
+    candidates = [Path(env)] if env else [repo.parent / "shared" / "third-party" / TARBALL_NAME]
+    for c in candidates:
+        if c.exists():
+            return c
+    raise Missing(
+        f"blktests not found (looked for {', '.join(map(str, candidates))}); get it with "
+        f"'git clone https://github.com/osandov/blktests && git -C blktests checkout "
+        f"{COMMIT}' and set PRISM_BLKTESTS to that directory (or to a tarball of it)")
+
+
+def prepare(cache: Path) -> Path:
+    """Unpack and build blktests once under @cache; returns its directory."""
+    src = source()
+    dest = cache / f"blktests-{COMMIT}"
+    if (dest / ".built").exists():
+        return dest
+    if not shutil.which("gawk"):
+        raise Missing("blktests needs GNU awk: apt-get install gawk")
+    shutil.rmtree(dest, ignore_errors=True)
+    if src.is_dir():
+        shutil.copytree(src, dest, ignore=shutil.ignore_patterns(".git", "results"))
+    else:
+        tmp = cache / f"blktests-{COMMIT}.unpack"
+        shutil.rmtree(tmp, ignore_errors=True)
+        with tarfile.open(src) as tf:
+            tf.extractall(tmp)
+        (top,) = list(tmp.iterdir())
+        top.rename(dest)
+        tmp.rmdir()
+    r = subprocess.run(["make", "-C", str(dest), "-j2"], capture_output=True, text=True)
+    if r.returncode:
+        raise RuntimeError(f"building blktests failed:\n{r.stderr[-2000:]}")
+    (dest / ".built").write_text("ok\n")
+    return dest
+
+
+def copy_to(built: Path, rundir: Path) -> Path:
+    dest = rundir / "blktests"
+    shutil.rmtree(dest, ignore_errors=True)
+    shutil.copytree(built, dest, symlinks=True)
+    return dest
+
+
+def summary(doc: dict) -> dict[str, list[str]]:
+    """Tests by outcome: passed, failed (prism's), failed_elsewhere, not_run."""
+    out: dict[str, list[str]] = {"passed": [], "failed": [], "failed_elsewhere": [],
+                                 "not_run": []}
+    for t, r in sorted(doc.get("results", {}).items()):
+        if r["status"] == "pass":
+            out["passed"].append(t)
+        elif r["status"] == "fail":
+            out["failed" if r.get("prism_failure") else "failed_elsewhere"].append(t)
+        else:
+            out["not_run"].append(f"{t}: {r.get('reason', r['status'])}")
+    return out
