@@ -29,8 +29,6 @@ from .drives import diskmodel, nbd
 from .guest.system import NVME_SERIAL, VIRTIO_SERIAL
 from .host import blktests, build, kernels, pgimage, vm
 
-DEVICES = ("nullb", "virtio", "nvme") + tuple(diskmodel.PROFILES)
-
 
 def _kernels(arg: str) -> list[kernels.Kernel]:
     return kernels.parse(arg)
@@ -284,8 +282,11 @@ def parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("vm", help="boot a kernel under QEMU and run a command")
     _vm_options(p)
-    p.add_argument("--device", choices=DEVICES, default="nullb",
-                   help="nullb: nothing attached, load null_blk in the guest; "
+    p.add_argument("--device", type=plan.device_name, choices=plan.VM_PROFILES,
+                   default="nullb-ssd",
+                   help="nullb-ssd (default; nullb is the same), nullb-cpu: nothing attached, "
+                        "load null_blk in the guest (prism bench makes it with 4 slots of "
+                        "0.5 ms, or with no delay); "
                         "virtio: attach a 1 GiB file-backed virtio disk, serial prism-virtio; "
                         "nvme: the same behind QEMU's NVMe controller (one queue per CPU, "
                         "multi-range discard), serial prism-nvme; "
@@ -328,8 +329,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--reps", type=int, default=5, help="repetitions (default 5)")
     p.add_argument("--runtime", type=int, default=20, help="seconds per run (default 20)")
     p.add_argument("--ramp", type=int, default=2, help="ramp seconds before measuring (default 2)")
-    p.add_argument("--device", default="nullb-ssd",
-                   help="a VM profile (" + ", ".join(plan.VM_PROFILES) + "; default nullb-ssd) "
+    p.add_argument("--device", type=plan.device_name, default="nullb-ssd",
+                   help="a VM profile (" + ", ".join(plan.VM_PROFILES) + "; default nullb-ssd; "
+                        "nullb is the same) "
                         "or a real block device such as /dev/sdX (root, no VM)")
     p.add_argument("--force", action="store_true",
                    help="run on a real device even if it is mounted or holds data")

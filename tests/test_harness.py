@@ -91,6 +91,25 @@ def test_cli_has_one_entry_point():
     assert version.stdout.strip() == "prism " + (REPO / "module" / "VERSION").read_text().strip()
 
 
+def test_vm_and_bench_share_one_list_of_device_names():
+    """prism vm and prism bench run name their devices alike: every
+    profile of one is a profile of the other, and nullb is nullb-ssd in
+    both."""
+    ap = cli.parser()
+    vm_names = ap.parse_args(["vm", "--", "true"])
+    assert vm_names.device == "nullb-ssd"
+    for name in cli.plan.VM_PROFILES:
+        assert ap.parse_args(["vm", "--device", name, "--", "true"]).device == name
+        assert ap.parse_args(["bench", "run", "--workload", "x", "--device", name,
+                              "--out", "o"]).device == name
+    assert ap.parse_args(["vm", "--device", "nullb", "--", "true"]).device == "nullb-ssd"
+    assert ap.parse_args(["bench", "run", "--workload", "x", "--device", "nullb",
+                          "--out", "o"]).device == "nullb-ssd"
+    with pytest.raises(SystemExit) as e:
+        ap.parse_args(["vm", "--device", "nullb-hdd", "--", "true"])
+    assert e.value.code == 2
+
+
 def test_usage_errors_exit_2_and_failures_exit_1(capsys, monkeypatch):
     # Bad input: nothing done, 2 (as argparse).
     assert cli.main(["bench", "run", "--workload", "nope", "--device", "hdd",

@@ -27,7 +27,16 @@ from . import report
 
 KNOWN_SCHEDULERS = ("none", "mq-deadline", "kyber", "bfq", "prism")
 ALL_SCHEDULERS = ",".join(KNOWN_SCHEDULERS)
+# The devices of prism bench run and prism vm --device, one list for both.
 VM_PROFILES = tuple(NULLB_PROFILES) + ("virtio", "nvme") + tuple(MODEL_PROFILES)
+# Other spellings both accept: plain nullb is the default null_blk profile
+# (prism vm's name for null_blk before the two shared one list).
+DEVICE_ALIASES = {"nullb": "nullb-ssd"}
+
+
+def device_name(name: str) -> str:
+    """A --device value with an alias resolved (nullb -> nullb-ssd)."""
+    return DEVICE_ALIASES.get(name, name)
 
 
 def parse_schedulers(text: str) -> list[str]:
