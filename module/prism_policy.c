@@ -43,6 +43,17 @@ void prism_tunables_init(struct prism_tunables *t, unsigned int hz)
 	/* In-flight control: both derived from what the device shows. */
 	t->anticipate = PRISM_AUTO;
 	t->target = 0;
+	/*
+	 * A flow's turn: 16 ms of device time, a few MB of a stream on a disk
+	 * (bfq's budgets are of the same order), far more than fifo_batch
+	 * small requests on flash, where fifo_batch ends the turn first.
+	 */
+	t->quantum = 16000000ULL;
+	/* CPQ's soft limit: half the tags per thread group. */
+	t->flow_depth = 50;
+	/* Cost coefficients: all 0, the media's defaults; fixed, not learned. */
+	t->cost = (struct prism_cost_params){ };
+	t->cost_auto = false;
 }
 
 bool prism_tunables_valid(const struct prism_tunables *t)
@@ -51,7 +62,8 @@ bool prism_tunables_valid(const struct prism_tunables *t)
 	return t->be_high_max >= -1 && t->be_high_max < t->be_low_min &&
 	       t->be_low_min <= 8 && t->share[PRISM_NORMAL] <= PRISM_SHARE_MAX &&
 	       t->share[PRISM_LOW] <= PRISM_SHARE_MAX &&
-	       t->anticipate >= PRISM_AUTO;
+	       t->anticipate >= PRISM_AUTO && t->quantum &&
+	       t->flow_depth >= 1 && t->flow_depth <= 100;
 }
 
 void prism_batch_reset(struct prism_batch *b)
@@ -59,11 +71,15 @@ void prism_batch_reset(struct prism_batch *b)
 	int tier;
 
 	b->tier = -1;
+	b->flow = -1;
 	b->dir = PRISM_READ;
 	b->count = 0;
+	b->cost = 0;
 	b->starved = 0;
-	for (tier = 0; tier < PRISM_NR_TIERS; tier++)
+	for (tier = 0; tier < PRISM_NR_TIERS; tier++) {
 		b->credit[tier] = 0;
+		b->last_cost[tier] = 0;
+	}
 }
 
 static bool tier_queued(const struct prism_tier_view *v)
@@ -101,6 +117,7 @@ static bool pick_aged(const struct prism_tier_view view[PRISM_NR_TIERS],
 			oldest = f->oldest;
 			c->tier = tier;
 			c->dir = dir;
+			c->flow = f->flow;
 		}
 	}
 	if (found) {
@@ -174,17 +191,28 @@ static bool depth_allows(const struct prism_tier_view view[PRISM_NR_TIERS],
 	       inflight_from(view, tier) < f->lower_limit;
 }
 
+/* What a share dispatch of @tier is expected to cost: its last one's. */
+static u64 share_est(const struct prism_batch *b, int tier)
+{
+	u64 est = b->last_cost[tier];
+	int above;
+
+	/* None yet: as much as the dispatches it earned its credit from. */
+	for (above = tier - 1; !est && above >= 0; above--)
+		est = b->last_cost[above];
+	return est ? est : 1;
+}
+
 /*
  * Shares: a tier below @first that is owed a dispatch (its credit has
- * reached 100 - share), the lowest first since it has the least. Served
- * in its own order, from the FIFO head only if that has expired, so a
- * sequential stream stays sequential.
+ * reached (100 - share) x the cost of its next request), the lowest first
+ * since it has the least. Served in its own order, from the FIFO head
+ * only if that has expired, so a sequential stream stays sequential.
  */
 static bool pick_share(const struct prism_tier_view view[PRISM_NR_TIERS],
 		       int first, const struct prism_batch *b,
 		       const struct prism_tunables *t,
-		       const struct prism_flight *f, unsigned long now,
-		       struct prism_choice *c)
+		       const struct prism_flight *f, struct prism_choice *c)
 {
 	int tier;
 
@@ -192,15 +220,12 @@ static bool pick_share(const struct prism_tier_view view[PRISM_NR_TIERS],
 		u32 share = t->share[tier];
 
 		if (!share || !tier_queued(&view[tier]) ||
-		    b->credit[tier] < PRISM_SHARE_UNIT - share ||
+		    b->credit[tier] < (s64)((PRISM_SHARE_UNIT - share) *
+					    share_est(b, tier)) ||
 		    !depth_allows(view, tier, f))
 			continue;
 		c->tier = tier;
-		c->dir = oldest_dir(&view[tier]);
-		c->expired = prism_time_after_eq(now,
-						 view[tier].dir[c->dir].oldest +
-						 t->fifo_expire[c->dir]);
-		c->take = take_for(c->dir, c->expired);
+		c->flow = -1;
 		c->shared = true;
 		return true;
 	}
@@ -208,28 +233,33 @@ static bool pick_share(const struct prism_tier_view view[PRISM_NR_TIERS],
 }
 
 /*
- * Keep the share credits after a choice: a waiting tier below the one
- * served earns its share; a tier served by its share pays for the
- * dispatch; one served in its own right, or with nothing queued, starts
- * again from zero, so no tier banks credit while it is idle or first.
+ * Keep the share credits after a dispatch of @cost: a waiting tier below
+ * the one served earns share x cost; a tier served by its share pays
+ * (100 - share) x its cost; one served in its own right, or with nothing
+ * queued, starts again from zero, so no tier banks credit while it is
+ * idle or first. The batch counts what it has cost.
  */
-static void account_shares(const struct prism_tier_view view[PRISM_NR_TIERS],
-			   struct prism_batch *b,
-			   const struct prism_tunables *t,
-			   const struct prism_choice *c)
+void prism_account(struct prism_batch *b, const struct prism_tunables *t,
+		   u32 queued_tiers, const struct prism_choice *c, u64 cost)
 {
 	int tier;
 
 	for (tier = 0; tier < PRISM_NR_TIERS; tier++) {
-		if (!tier_queued(&view[tier]))
+		if (!(queued_tiers & (1U << tier)))
 			b->credit[tier] = 0;
 		else if (tier > c->tier)
-			b->credit[tier] += t->share[tier];
+			b->credit[tier] += (s64)(t->share[tier] * cost);
 		else if (tier == c->tier && c->shared)
-			b->credit[tier] -= PRISM_SHARE_UNIT - t->share[tier];
+			b->credit[tier] -= (s64)((PRISM_SHARE_UNIT -
+						  t->share[tier]) * cost);
 		else if (tier == c->tier)
 			b->credit[tier] = 0;
 	}
+	b->last_cost[c->tier] = cost;
+	if (c->batch)
+		b->cost += cost;
+	else if (b->tier == c->tier && !c->aged && !c->shared)
+		b->cost = cost;	/* the batch c opened */
 }
 
 /* A tier that holds the device for the tiers below it. */
@@ -238,16 +268,25 @@ static bool tier_active(const struct prism_tier_view *v)
 	return tier_queued(v) || v->inflight || v->anticipated || v->flushing;
 }
 
+/* Close the open batch: the next dispatch arbitrates afresh. */
+static void batch_close(struct prism_batch *b)
+{
+	b->tier = -1;
+	b->flow = -1;
+	b->count = 0;
+	b->cost = 0;
+}
+
 /*
- * Choose the tier, direction and request to dispatch next. Returns false
- * when nothing may be dispatched; *hold then says whether requests are
- * held back, and why. Order: aged lower-tier requests, then a lower tier
- * owed its share, then the highest non-empty tier; inside a tier,
- * mq-deadline's rules: continue the current batch in sort order up to
- * fifo_batch, otherwise start a new one, preferring reads and sync writes
- * (whichever head is older) unless background writes have been passed
- * over writes_starved times, and starting from the FIFO head when it has
- * expired.
+ * Choose the tier to dispatch from next, and whether the open batch goes
+ * on. Returns false when nothing may be dispatched; *hold then says
+ * whether requests are held back, and why. Order: aged lower-tier
+ * requests, then a lower tier owed its share, then the highest non-empty
+ * tier. There the open batch (one flow, one FIFO list, sort order) goes
+ * on while its flow has requests on that list, up to fifo_batch requests
+ * and quantum of device time; otherwise c->flow is -1: the mechanism asks
+ * the tier's fair queue for a flow and prism_choose_in_flow() for its
+ * list. An aged request is taken from its FIFO head, whoever's it is.
  *
  * A tier above the highest non-empty one may still be active: requests
  * in flight, or anticipated (its next link is due within the window).
@@ -261,9 +300,7 @@ bool prism_choose(const struct prism_tier_view view[PRISM_NR_TIERS],
 		  const struct prism_flight *f, unsigned long now,
 		  struct prism_choice *c, enum prism_hold *hold)
 {
-	const struct prism_tier_view *v;
-	int tier, guard, dir;
-	bool sync, writes;
+	int tier, guard;
 
 	*hold = PRISM_HOLD_NONE;
 	for (guard = 0; guard < PRISM_NR_TIERS; guard++)
@@ -278,13 +315,12 @@ bool prism_choose(const struct prism_tier_view view[PRISM_NR_TIERS],
 	c->aged = false;
 	c->shared = false;
 	c->expired = false;
+	c->batch = false;
 
 	if (pick_aged(view, guard, t, now, c) ||
-	    pick_share(view, guard, b, t, f, now, c)) {
+	    pick_share(view, guard, b, t, f, c)) {
 		/* One request out of turn; then arbitrate afresh. */
-		account_shares(view, b, t, c);
-		b->tier = -1;
-		b->count = 0;
+		batch_close(b);
 		return true;
 	}
 
@@ -303,41 +339,60 @@ bool prism_choose(const struct prism_tier_view view[PRISM_NR_TIERS],
 		}
 	}
 
-	v = &view[tier];
 	c->tier = tier;
-
-	if (b->tier == tier && b->count < t->fifo_batch &&
-	    v->dir[b->dir].queued) {
+	if (b->tier == tier && b->flow >= 0 && b->count < t->fifo_batch &&
+	    b->cost < t->quantum && view[tier].batch_left) {
+		c->flow = b->flow;
 		c->dir = b->dir;
 		c->take = take_for(b->dir, false);
+		c->batch = true;
 		b->count++;
-		account_shares(view, b, t, c);
 		return true;
 	}
+	c->flow = -1;
+	return true;
+}
 
-	/*
-	 * Reads and sync writes are what someone waits for: of the two the
-	 * older head goes first, and background writes only once passed
-	 * over writes_starved times.
-	 */
-	sync = v->dir[PRISM_READ].queued || v->dir[PRISM_SYNC_WRITE].queued;
-	writes = v->dir[PRISM_WRITE].queued;
-	if (sync && !(writes && b->starved++ >= t->writes_starved)) {
-		dir = oldest_of(v, SYNC_FIFOS);
+/*
+ * Inside the flow c->flow the mechanism chose (its lists in @fv): for a
+ * share dispatch, its oldest FIFO head's list, in the flow's own order
+ * unless that head has expired; otherwise open a batch there with
+ * mq-deadline's rules: reads and sync writes are what someone waits
+ * for, so of the two the older head goes first, and background writes
+ * only once passed over writes_starved times; from the FIFO head if it
+ * has expired.
+ */
+void prism_choose_in_flow(const struct prism_tier_view *fv,
+			  struct prism_batch *b, const struct prism_tunables *t,
+			  unsigned long now, struct prism_choice *c)
+{
+	bool sync, writes;
+	int dir;
+
+	if (c->shared) {
+		dir = oldest_dir(fv);
 	} else {
-		dir = PRISM_WRITE;
-		b->starved = 0;
+		sync = fv->dir[PRISM_READ].queued ||
+		       fv->dir[PRISM_SYNC_WRITE].queued;
+		writes = fv->dir[PRISM_WRITE].queued;
+		if (sync && !(writes && b->starved++ >= t->writes_starved)) {
+			dir = oldest_of(fv, SYNC_FIFOS);
+		} else {
+			dir = PRISM_WRITE;
+			b->starved = 0;
+		}
 	}
-
 	c->dir = dir;
-	c->expired = prism_time_after_eq(now, v->dir[dir].oldest +
+	c->expired = prism_time_after_eq(now, fv->dir[dir].oldest +
 					 t->fifo_expire[dir]);
 	c->take = take_for(dir, c->expired);
-	b->tier = tier;
+	if (c->shared)
+		return;
+	b->tier = c->tier;
+	b->flow = c->flow;
 	b->dir = dir;
 	b->count = 1;
-	account_shares(view, b, t, c);
-	return true;
+	b->cost = 0;
 }
 
 /*
@@ -616,4 +671,318 @@ u64 prism_window(const struct prism_depth_ctl *d,
 	if (w > PRISM_WINDOW_MAX)
 		w = PRISM_WINDOW_MAX;
 	return w;
+}
+
+/*
+ * Default coefficients. Rotational: a 7200 rpm disk in the band a
+ * workload keeps to (150 MB/s streaming; a 4 KiB random I/O about 6.5 ms:
+ * a short seek and half a turn; a sequential one 0.2 ms of command
+ * overhead plus its transfer), as prism's emulated HDD measures.
+ * Otherwise a SATA-class SSD (500 MB/s reads, 400 MB/s writes; 50,000 and
+ * 40,000 4 KiB I/Os per second, alike sequential or random). Learning
+ * (cost_model=auto) replaces them with the device's own.
+ */
+void prism_cost_defaults(struct prism_cost_params *p, bool rotational)
+{
+	int d;
+
+	for (d = 0; d < PRISM_NR_DIRS; d++) {
+		if (rotational) {
+			p->bps[d] = 150000000ULL;
+			p->seqiops[d] = 5000;
+			p->randiops[d] = 150;
+		} else {
+			p->bps[d] = d == PRISM_READ ? 500000000ULL : 400000000ULL;
+			p->seqiops[d] = d == PRISM_READ ? 50000 : 40000;
+			p->randiops[d] = p->seqiops[d];
+		}
+	}
+}
+
+/*
+ * The coefficients in force: each one as set, else as learned (with
+ * @use_learned and a learned value), else the media's default.
+ */
+void prism_cost_effective(struct prism_cost_params *out,
+			  const struct prism_cost_params *set,
+			  const struct prism_cost_params *learned,
+			  bool use_learned, bool rotational)
+{
+	struct prism_cost_params dfl;
+	int d;
+
+	prism_cost_defaults(&dfl, rotational);
+	for (d = 0; d < PRISM_NR_DIRS; d++) {
+		out->bps[d] = set->bps[d] ? set->bps[d] :
+			      use_learned && learned->bps[d] ? learned->bps[d] :
+			      dfl.bps[d];
+		out->seqiops[d] = set->seqiops[d] ? set->seqiops[d] :
+				  use_learned && learned->seqiops[d] ?
+				  learned->seqiops[d] : dfl.seqiops[d];
+		out->randiops[d] = set->randiops[d] ? set->randiops[d] :
+				   use_learned && learned->randiops[d] ?
+				   learned->randiops[d] : dfl.randiops[d];
+	}
+}
+
+static u64 div_u64_u64(u64 a, u64 b)
+{
+#ifdef __KERNEL__
+	return div64_u64(a, b);
+#else
+	return a / b;
+#endif
+}
+
+#define NSEC_PER_SECOND	1000000000ULL
+
+/* Digest coefficients into what prism_cost() reads. */
+void prism_cost_digest(struct prism_cost_model *m,
+		       const struct prism_cost_params *p)
+{
+	int d;
+
+	for (d = 0; d < PRISM_NR_DIRS; d++) {
+		u64 bps = p->bps[d] ? p->bps[d] : 1;
+		u64 page = div_u64_u64(NSEC_PER_SECOND * PRISM_PAGE_BYTES, bps);
+		u64 seq = div_u64_u64(NSEC_PER_SECOND,
+				      p->seqiops[d] ? p->seqiops[d] : 1);
+		u64 rnd = div_u64_u64(NSEC_PER_SECOND,
+				      p->randiops[d] ? p->randiops[d] : 1);
+
+		m->page_ns[d] = div_u64_u64((NSEC_PER_SECOND *
+					     PRISM_PAGE_BYTES) << 8, bps);
+		m->seq_base[d] = seq > page ? seq - page : 0;
+		m->rand_base[d] = rnd > page ? rnd - page : 0;
+	}
+}
+
+/*
+ * One completed request of @bytes that spent @device_ns in the device
+ * with @inflight requests of prism's there when it was dispatched
+ * (itself included): its own share of the device is device_ns / inflight,
+ * the other requests having overlapped with it. Exact for a device that
+ * serves one request at a time (the queue's time is the service times'
+ * sum); for a device that serves several at once the corrected times are
+ * too low by its parallelism, which scales every cost alike and so
+ * leaves the shares as they are.
+ */
+void prism_learn_sample(struct prism_cost_learner *l, int dir, bool seq,
+			u32 bytes, u64 device_ns, u32 inflight)
+{
+	struct prism_learn_sums *s = &l->s[dir][seq ? 1 : 0];
+	u64 x = (bytes + 1023) / 1024;
+	u64 y = div_u64_u64(device_ns, inflight ? inflight : 1) / 1000;
+
+	if (!x)
+		x = 1;
+	if (x > 4096)
+		x = 4096;
+	if (y > 1000000)
+		y = 1000000;
+	if (s->n >= PRISM_LEARN_DECAY) {
+		/* Halve the window: the device may change (caches, wear). */
+		s->n /= 2;
+		s->x /= 2;
+		s->y /= 2;
+		s->xx /= 2;
+		s->xy /= 2;
+	}
+	s->n++;
+	s->x += x;
+	s->y += y;
+	s->xx += x * x;
+	s->xy += x * y;
+	l->samples++;
+}
+
+/*
+ * Fit y = a + b x (us, KiB) to one kind's samples. False while there are
+ * too few, or their sizes do not vary enough to tell a from b (then b is
+ * left as it was and only a is fitted to the mean).
+ */
+static bool learn_fit(const struct prism_learn_sums *s, u64 prior_b_ps,
+		      u64 *a_ps, u64 *b_ps)
+{
+	/* In ps (1e-12 s) per KiB and ps, to keep precision in integers. */
+	s64 sxx, sxy;
+	u64 mean_x, mean_y;
+
+	if (s->n < PRISM_LEARN_MIN)
+		return false;
+	sxx = (s64)(s->n * s->xx - s->x * s->x);
+	sxy = (s64)(s->n * s->xy - s->x * s->y);
+	/* Sizes vary by at least 4 KiB around their mean: fit the slope. */
+	if (sxx > 0 && div_u64_u64(sxx, s->n * s->n) >= 16 && sxy > 0) {
+		/* sxy stays below 2^53 (x <= 4096 KiB, y <= 1e6 us). */
+		*b_ps = div_u64_u64((u64)sxy * 1000ULL, (u64)sxx) * 1000ULL;
+	} else {
+		*b_ps = prior_b_ps;
+	}
+	mean_x = div_u64_u64(s->x * 1000000ULL, s->n);	/* KiB x 1e6 */
+	mean_y = div_u64_u64(s->y * 1000000ULL, s->n);	/* ps */
+	/* a = mean_y - b * mean_x, never below zero. */
+	{
+		u64 bx = div_u64_u64(*b_ps * mean_x, 1000000ULL);
+
+		*a_ps = mean_y > bx ? mean_y - bx : 0;
+	}
+	return true;
+}
+
+/*
+ * Coefficients from what was learned, each kind that has enough samples
+ * replacing @prior's: the streaming rate from the sequential fit's time
+ * per byte (else the random one's), the I/Os per second from the time of
+ * a 4 KiB I/O of each kind. False if nothing was learned yet.
+ */
+bool prism_learn_params(const struct prism_cost_learner *l,
+			const struct prism_cost_params *prior,
+			struct prism_cost_params *out)
+{
+	bool any = false;
+	int d;
+
+	*out = *prior;
+	for (d = 0; d < PRISM_NR_DIRS; d++) {
+		u64 prior_b = prior->bps[d] ?
+			div_u64_u64(1024ULL * 1000000000000ULL, prior->bps[d]) : 0;
+		u64 a[2], b[2];
+		bool ok[2];
+		int k;
+
+		for (k = 0; k < 2; k++)
+			ok[k] = learn_fit(&l->s[d][k], prior_b, &a[k], &b[k]);
+		/* The slope from the sequential kind, the better streamer. */
+		if (ok[1] && b[1] != prior_b && b[1])
+			out->bps[d] = div_u64_u64(1024ULL * 1000000000000ULL, b[1]);
+		else if (ok[0] && b[0] != prior_b && b[0])
+			out->bps[d] = div_u64_u64(1024ULL * 1000000000000ULL, b[0]);
+		for (k = 0; k < 2; k++) {
+			u64 t4k, iops;
+
+			if (!ok[k])
+				continue;
+			/* A 4 KiB I/O: a + 4 b, in ps. */
+			t4k = a[k] + 4 * b[k];
+			iops = t4k ? div_u64_u64(1000000000000ULL, t4k) : 0;
+			if (!iops)
+				iops = 1;
+			if (iops > 10000000)
+				iops = 10000000;
+			if (k)
+				out->seqiops[d] = (u32)iops;
+			else
+				out->randiops[d] = (u32)iops;
+			any = true;
+		}
+	}
+	return any;
+}
+
+/*
+ * A flow becomes backlogged: it starts where it left off, or at the
+ * tier's virtual time if that is later, so an idle flow banks nothing
+ * and a flow that used more than its share keeps its debt.
+ */
+void prism_fq_activate(struct prism_fq *fq, struct prism_fq_flow *f,
+		       u32 weight)
+{
+	if (f->backlogged)
+		return;
+	f->weight = weight ? weight : 1;
+	if (!fq->nr || prism_vt_before(f->start, fq->vtime))
+		f->start = fq->vtime;
+	f->backlogged = true;
+	fq->wsum += f->weight;
+	fq->nr++;
+}
+
+void prism_fq_deactivate(struct prism_fq *fq, struct prism_fq_flow *f)
+{
+	if (!f->backlogged)
+		return;
+	f->backlogged = false;
+	fq->wsum -= f->weight;
+	fq->nr--;
+}
+
+/*
+ * Charge @cost of device time to a flow: its start moves by cost over its
+ * weight, the tier's virtual time by cost over the weights of all
+ * backlogged flows (the fluid system's progress); its next turn is
+ * expected to cost as much as this request.
+ */
+void prism_fq_charge(struct prism_fq *fq, struct prism_fq_flow *f, u64 cost)
+{
+	f->start += prism_vt_delta(cost, f->weight);
+	f->est = cost;
+	fq->vtime += prism_vt_delta(cost, fq->wsum ? fq->wsum : f->weight);
+}
+
+/*
+ * Whether an idle flow's slot may be given to another: it owes nothing
+ * (its start is not after the tier's virtual time), so forgetting it
+ * loses no debt: it would start at the virtual time anyway.
+ */
+bool prism_fq_reclaimable(const struct prism_fq *fq,
+			  const struct prism_fq_flow *f)
+{
+	return !f->backlogged && !prism_vt_before(fq->vtime, f->start);
+}
+
+void prism_fq_pick_init(struct prism_fq_pick *p)
+{
+	p->best = -1;
+	p->low = -1;
+	p->best_finish = 0;
+	p->best_start = 0;
+	p->low_start = 0;
+	p->low_finish = 0;
+}
+
+void prism_fq_pick_consider(struct prism_fq_pick *p, const struct prism_fq *fq,
+			    const struct prism_fq_flow *f, int id)
+{
+	u64 fin = prism_fq_finish(f);
+
+	if (!prism_vt_before(fq->vtime, f->start)) {
+		/* Eligible: the earliest finish, on a tie the earlier start. */
+		if (p->best < 0 || prism_vt_before(fin, p->best_finish) ||
+		    (fin == p->best_finish &&
+		     prism_vt_before(f->start, p->best_start))) {
+			p->best = id;
+			p->best_finish = fin;
+			p->best_start = f->start;
+		}
+	}
+	if (p->low < 0 || prism_vt_before(f->start, p->low_start) ||
+	    (f->start == p->low_start && prism_vt_before(fin, p->low_finish))) {
+		p->low = id;
+		p->low_start = f->start;
+		p->low_finish = fin;
+	}
+}
+
+int prism_fq_pick_done(struct prism_fq_pick *p, struct prism_fq *fq)
+{
+	if (p->best >= 0)
+		return p->best;
+	if (p->low >= 0)
+		fq->vtime = p->low_start;	/* V = max(V, min S) */
+	return p->low;
+}
+
+u32 prism_flow_alloc_depth(u64 owned, bool others, u32 nr_requests,
+			   const struct prism_tunables *t)
+{
+	u64 part = (u64)nr_requests * t->flow_depth / 100;
+	u64 depth;
+
+	if (!part)
+		part = 1;
+	if (!others || t->flow_depth >= 100 || owned < part)
+		return 0;
+	depth = 2 * part > owned ? 2 * part - owned : 1;
+	return (u32)depth;
 }

@@ -16,6 +16,7 @@
 #define _PRISM_POLICY_H
 
 #ifdef __KERNEL__
+#include <linux/math64.h>
 #include <linux/types.h>
 #else
 #include <stdbool.h>
@@ -99,6 +100,22 @@ struct prism_tunables {
 	 */
 	s64 anticipate;
 	u64 target;
+	/*
+	 * Flows (see "Flows" below). quantum: ns of estimated device time
+	 * one flow's batch may take before the tier's fair queue chooses
+	 * again. flow_depth: % of the scheduler tags one flow may hold while
+	 * another flow owns requests (100: no limit). cost: the cost model's
+	 * coefficients as set, 0 for the media's default or, with cost_auto,
+	 * the learned value.
+	 */
+	u64 quantum;
+	u32 flow_depth;
+	struct prism_cost_params {
+		u64 bps[PRISM_NR_DIRS];		/* bytes per second, streaming */
+		u32 seqiops[PRISM_NR_DIRS];	/* 4 KiB I/Os per second, sequential */
+		u32 randiops[PRISM_NR_DIRS];	/* 4 KiB I/Os per second, random */
+	} cost;
+	bool cost_auto;
 };
 
 #define PRISM_AUTO		(-1)
@@ -107,6 +124,7 @@ struct prism_tunables {
 struct prism_fifo_view {
 	u32 queued;
 	unsigned long oldest;	/* arrival time of the FIFO head, if queued */
+	int flow;		/* the flow whose head that is (tier views) */
 };
 
 struct prism_tier_view {
@@ -119,6 +137,12 @@ struct prism_tier_view {
 	 * window: most likely its chain's, so the tier counts as active.
 	 */
 	bool flushing;
+	/*
+	 * Requests the batch's flow has left on the batch's FIFO list, for
+	 * the tier the batch is open in (see prism_batch): whether the batch
+	 * can go on.
+	 */
+	u32 batch_left;
 };
 
 /* What the device holds, for the in-flight control of lower tiers. */
@@ -136,14 +160,20 @@ struct prism_flight {
 struct prism_batch {
 	int tier;		/* -1 when no batch is open */
 	int dir;		/* its FIFO list */
+	int flow;		/* the flow in service, -1 for none */
 	u32 count;		/* requests dispatched in this batch */
+	u64 cost;		/* their cost, ns of estimated device time */
 	u32 starved;		/* sync batches chosen while writes waited */
 	/*
-	 * Share credit per tier, in percent of a dispatch: grows by the
-	 * tier's share for each dispatch from a tier above while it waits;
-	 * at 100 - share the tier is owed a dispatch (see pick_share()).
+	 * Share credit per tier, in percent x ns of device time: grows by
+	 * share x cost for each dispatch from a tier above while the tier
+	 * waits; at (100 - share) x the cost of its last request the tier is
+	 * owed a dispatch, which pays (100 - share) x its own cost (see
+	 * pick_share()). Shares are thus parts of the device's time, not of
+	 * its dispatches: a 1 MiB read pays for what it takes.
 	 */
-	u32 credit[PRISM_NR_TIERS];
+	s64 credit[PRISM_NR_TIERS];
+	u64 last_cost[PRISM_NR_TIERS];	/* of the tier's last dispatch */
 };
 
 enum prism_take {
@@ -154,10 +184,17 @@ enum prism_take {
 struct prism_choice {
 	int tier;
 	int dir;		/* the FIFO list (its direction for sort order) */
+	/*
+	 * The flow to take from. -1 after prism_choose() means "pick one":
+	 * the mechanism asks the tier's fair queue (prism_fq_pick_*()) and
+	 * then prism_choose_in_flow() for the list.
+	 */
+	int flow;
 	enum prism_take take;
 	bool aged;		/* a lower tier served ahead of a busier higher one */
 	bool shared;		/* the same, because the tier was owed its share */
 	bool expired;		/* the FIFO head had passed its deadline */
+	bool batch;		/* continues the open batch */
 };
 
 /* Why prism_choose() dispatched nothing although requests are queued. */
@@ -372,5 +409,211 @@ void prism_depth_idle(struct prism_depth_ctl *d, u64 now, u32 depth);
 void prism_bulk_sample(struct prism_depth_ctl *d, u64 service);
 u64 prism_window(const struct prism_depth_ctl *d,
 		 const struct prism_tunables *t, bool rotational);
+
+/*
+ * Flows. A flow is the work of one submitter at one tier: a process
+ * (thread group), so that a database's threads are one flow and not many
+ * strangers; cgroups are meant to become flows of their own the same way
+ * (a flow is an id and a weight to everything below). Inside a tier, flows
+ * share the device by weight, in virtual time, with WF2Q+ (Bennett and
+ * Zhang, "WF2Q+: hierarchical packet fair queueing", 1997), the algorithm
+ * under bfq's B-WF2Q+: a flow may start a turn once its virtual start
+ * time is not after the tier's virtual time (it is "eligible"), and of the
+ * eligible flows the one that would finish first goes. Each turn is a
+ * batch of at most fifo_batch requests and quantum of device time (one
+ * request on a disk when the flow is not sequential); the flow is charged
+ * what the batch cost. WF2Q+'s bound, with the batch as its packet: a
+ * backlogged flow's service never lags its weighted part of the tier's
+ * service by more than one maximum batch of its own plus one of anyone's
+ * (tests/policy/flow_test.c checks it in simulation), and a flow that
+ * was idle starts at the tier's virtual time, so a light flow is served
+ * at the next turn.
+ */
+
+/*
+ * Weight from I/O priority: bfq's and CFQ's curve, BE level L weighs
+ * (8 - L) x 10, so BE0 : BE4 : BE7 = 80 : 40 : 10. RT levels weigh twice
+ * their BE counterpart (under the default mapping RT shares HIGH with
+ * BE 0-2 and should lead it); IDLE weighs as BE7; NONE, the kernel's
+ * default for a task that never set one, as BE4 (IOPRIO_NORM).
+ */
+#define PRISM_WEIGHT_UNIT	10
+#define PRISM_WEIGHT_MAX	(2 * 8 * PRISM_WEIGHT_UNIT)
+
+static inline u32 prism_weight(unsigned int ioprio_class, unsigned int level)
+{
+	if (level > 7)
+		level = 7;
+	switch (ioprio_class) {
+	case PRISM_CLASS_RT:
+		return 2 * (8 - level) * PRISM_WEIGHT_UNIT;
+	case PRISM_CLASS_BE:
+		return (8 - level) * PRISM_WEIGHT_UNIT;
+	case PRISM_CLASS_IDLE:
+		return PRISM_WEIGHT_UNIT;
+	default:
+		return 4 * PRISM_WEIGHT_UNIT;
+	}
+}
+
+/*
+ * Cost: a request's estimated device time in ns, from a model in the
+ * spirit of the kernel's io.cost.model (blk-iocost): per direction, the
+ * streaming rate in bytes per second and the 4 KiB I/Os per second when
+ * sequential and when random. A request costs a base (that of a 4 KiB
+ * I/O of its kind less the transfer of 4 KiB) plus its transfer. "Seq"
+ * means it starts within seq_gap of where its flow's last request in that
+ * direction ended. The coefficients come as prism_cost_params; the hot
+ * path uses them digested into a prism_cost_model.
+ */
+#define PRISM_PAGE_BYTES	4096U
+
+struct prism_cost_model {
+	u64 seq_base[PRISM_NR_DIRS];	/* ns */
+	u64 rand_base[PRISM_NR_DIRS];	/* ns */
+	u64 page_ns[PRISM_NR_DIRS];	/* ns per 4 KiB transferred, << 8 */
+};
+
+void prism_cost_defaults(struct prism_cost_params *p, bool rotational);
+void prism_cost_effective(struct prism_cost_params *out,
+			  const struct prism_cost_params *set,
+			  const struct prism_cost_params *learned,
+			  bool use_learned, bool rotational);
+void prism_cost_digest(struct prism_cost_model *m,
+		       const struct prism_cost_params *p);
+
+static inline u64 prism_cost(const struct prism_cost_model *m, int dir,
+			     u32 bytes, bool seq)
+{
+	u64 base = seq ? m->seq_base[dir] : m->rand_base[dir];
+
+	return base + (((u64)bytes * m->page_ns[dir]) >> 20);
+}
+
+/*
+ * Whether a request at @pos continues its flow's last request in the
+ * same direction, which ended at @last_end (0: none yet).
+ */
+static inline bool prism_cost_seq(u64 last_end, u64 pos, u32 seq_gap)
+{
+	u64 gap = pos >= last_end ? pos - last_end : last_end - pos;
+
+	return last_end && gap <= seq_gap;
+}
+
+/*
+ * The cost learner (cost_model=auto): from completed requests' device
+ * times, corrected for the requests that shared the device with them
+ * (a request that completed in T with n in flight used about T / n of
+ * it), it fits, per direction and kind (sequential or random), the time
+ * of a 4 KiB I/O and the time per byte, by least squares over a decaying
+ * window, and turns them back into coefficients. Sums are in us and KiB,
+ * which keeps them within 64 bits.
+ */
+#define PRISM_LEARN_MIN		32	/* samples of a kind before trusting it */
+#define PRISM_LEARN_DECAY	1024	/* samples after which old ones halve */
+
+struct prism_learn_sums {
+	u64 n;
+	u64 x;		/* KiB */
+	u64 y;		/* ns */
+	u64 xx;
+	u64 xy;
+};
+
+struct prism_cost_learner {
+	struct prism_learn_sums s[PRISM_NR_DIRS][2];	/* [dir][seq] */
+	u64 samples;
+};
+
+void prism_learn_sample(struct prism_cost_learner *l, int dir, bool seq,
+			u32 bytes, u64 device_ns, u32 inflight);
+bool prism_learn_params(const struct prism_cost_learner *l,
+			const struct prism_cost_params *prior,
+			struct prism_cost_params *out);
+
+/*
+ * Fair queuing inside a tier. Virtual times are service divided by
+ * weight, in ns x PRISM_VT_SCALE / weight units; they wrap, and are
+ * compared with prism_vt_before().
+ */
+#define PRISM_VT_SCALE		PRISM_WEIGHT_MAX
+
+struct prism_fq {
+	u64 vtime;		/* the tier's virtual time V */
+	u32 wsum;		/* weights of its backlogged flows */
+	u32 nr;			/* backlogged flows */
+};
+
+struct prism_fq_flow {
+	u64 start;		/* virtual time its next turn starts at (S) */
+	u64 est;		/* cost estimate of its next turn, ns */
+	u32 weight;
+	bool backlogged;
+};
+
+static inline bool prism_vt_before(u64 a, u64 b)
+{
+	return (s64)(a - b) < 0;
+}
+
+static inline u64 prism_vt_delta(u64 cost, u32 weight)
+{
+	return cost * PRISM_VT_SCALE / (weight ? weight : 1);
+}
+
+/* Its virtual finish time: when its next turn would end. */
+static inline u64 prism_fq_finish(const struct prism_fq_flow *f)
+{
+	return f->start + prism_vt_delta(f->est, f->weight);
+}
+
+void prism_fq_activate(struct prism_fq *fq, struct prism_fq_flow *f,
+		       u32 weight);
+void prism_fq_deactivate(struct prism_fq *fq, struct prism_fq_flow *f);
+void prism_fq_charge(struct prism_fq *fq, struct prism_fq_flow *f, u64 cost);
+bool prism_fq_reclaimable(const struct prism_fq *fq,
+			  const struct prism_fq_flow *f);
+
+/*
+ * Choosing a flow: the mechanism walks the tier's backlogged flows
+ * through prism_fq_pick_consider() and calls prism_fq_pick_done(), which
+ * returns the chosen one's id. One pass; when no flow is eligible the
+ * tier's virtual time moves up to the earliest start (WF2Q+'s
+ * V = max(V, min S)), and of the flows starting there the one finishing
+ * first goes.
+ */
+struct prism_fq_pick {
+	int best;		/* eligible flow finishing first, -1: none */
+	u64 best_finish;
+	u64 best_start;
+	int low;		/* flow with the earliest start */
+	u64 low_start;
+	u64 low_finish;
+};
+
+void prism_fq_pick_init(struct prism_fq_pick *p);
+void prism_fq_pick_consider(struct prism_fq_pick *p, const struct prism_fq *fq,
+			    const struct prism_fq_flow *f, int id);
+int prism_fq_pick_done(struct prism_fq_pick *p, struct prism_fq *fq);
+
+/*
+ * Per-flow tag limit (seed 001's CPQ, made progressive and never zero):
+ * while another flow owns requests, a flow holding its part of the
+ * scheduler tags (flow_depth %) or more may allocate only within a
+ * shallower depth, the smaller the more it holds: 2 x part - held, never
+ * below one. 0: no limit.
+ */
+u32 prism_flow_alloc_depth(u64 owned, bool others, u32 nr_requests,
+			   const struct prism_tunables *t);
+
+/* The first list of a new batch inside the chosen flow; see prism_choose(). */
+void prism_choose_in_flow(const struct prism_tier_view *fv,
+			  struct prism_batch *b, const struct prism_tunables *t,
+			  unsigned long now, struct prism_choice *c);
+
+/* Book one dispatch: shares and the batch's cost. */
+void prism_account(struct prism_batch *b, const struct prism_tunables *t,
+		   u32 queued_tiers, const struct prism_choice *c, u64 cost);
 
 #endif /* _PRISM_POLICY_H */

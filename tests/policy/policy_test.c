@@ -1,53 +1,28 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * Userspace tests of prism's scheduling policy (module/prism_policy.c).
- * Each TEST() is one case; "policy_test NAME" runs one, no argument runs
- * all. tests/test_policy.py runs each as its own pytest case.
+ * Userspace tests of prism's scheduling policy (module/prism_policy.c):
+ * tiers, deadlines, shares, the in-flight control. Each TEST() is one
+ * case; "policy_test NAME" runs one, no argument runs all (flow_test.c
+ * holds the flows'). tests/test_policy.py runs each as its own pytest
+ * case.
  */
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
+#include "check.h"
 
-#include "prism_policy.h"
+int failures;
 
-#define HZ 250
-
-static int failures;
-
-#define CHECK(cond) do {						\
-	if (!(cond)) {							\
-		fprintf(stderr, "%s:%d: CHECK failed: %s\n",		\
-			__FILE__, __LINE__, #cond);			\
-		failures++;						\
-	}								\
-} while (0)
-
-#define CHECK_EQ(a, b) do {						\
-	long long _a = (long long)(a), _b = (long long)(b);		\
-	if (_a != _b) {							\
-		fprintf(stderr, "%s:%d: %s == %lld, expected %s == %lld\n", \
-			__FILE__, __LINE__, #a, _a, #b, _b);		\
-		failures++;						\
-	}								\
-} while (0)
-
-struct test {
-	const char *name;
-	void (*fn)(void);
-};
-
-#define MAX_TESTS 64
+#define MAX_TESTS 128
 static struct test tests[MAX_TESTS];
 static int ntests;
 
-#define TEST(tname)							\
-	static void test_##tname(void);					\
-	__attribute__((constructor)) static void reg_##tname(void)	\
-	{								\
-		tests[ntests].name = #tname;				\
-		tests[ntests++].fn = test_##tname;			\
-	}								\
-	static void test_##tname(void)
+void register_test(const char *name, void (*fn)(void))
+{
+	if (ntests == MAX_TESTS) {
+		fprintf(stderr, "too many tests: raise MAX_TESTS\n");
+		exit(2);
+	}
+	tests[ntests].name = name;
+	tests[ntests++].fn = fn;
+}
 
 static struct prism_tunables defaults(void)
 {
@@ -70,17 +45,17 @@ static struct prism_tunables defaults(void)
 	prism_batch_reset(&b)
 
 /*
- * prism_choose() on a device with room for everything: the v1 behaviour,
+ * mech_choose() on a device with room for everything: the v1 behaviour,
  * which the in-flight control leaves alone while no higher tier is active.
  */
 static const struct prism_flight unlimited = { 1U << 30, 1U << 30, 0 };
 
-static bool choose(const struct prism_tier_view v[PRISM_NR_TIERS],
+static bool choose(struct prism_tier_view v[PRISM_NR_TIERS],
 		   struct prism_batch *b, const struct prism_tunables *t,
 		   unsigned long now, struct prism_choice *c)
 {
 	enum prism_hold hold;
-	bool ok = prism_choose(v, b, t, &unlimited, now, c, &hold);
+	bool ok = mech_choose(v, b, t, &unlimited, now, c, &hold);
 
 	CHECK_EQ(hold, PRISM_HOLD_NONE);
 	return ok;
@@ -907,20 +882,20 @@ TEST(lower_tier_held_while_higher_anticipated)
 
 	view_set(v, PRISM_LOW, PRISM_READ, 50, 10);
 	v[PRISM_HIGH].anticipated = true;
-	CHECK(!prism_choose(v, &b, &t, &unlimited, 20, &c, &hold));
+	CHECK(!mech_choose(v, &b, &t, &unlimited, 20, &c, &hold));
 	CHECK_EQ(hold, PRISM_HOLD_WINDOW);
 	/* NORMAL anticipated holds LOW too, and HIGH is never held. */
 	v[PRISM_HIGH].anticipated = false;
 	v[PRISM_NORMAL].anticipated = true;
-	CHECK(!prism_choose(v, &b, &t, &unlimited, 20, &c, &hold));
+	CHECK(!mech_choose(v, &b, &t, &unlimited, 20, &c, &hold));
 	CHECK_EQ(hold, PRISM_HOLD_WINDOW);
 	view_set(v, PRISM_HIGH, PRISM_READ, 1, 15);
-	CHECK(prism_choose(v, &b, &t, &unlimited, 20, &c, &hold));
+	CHECK(mech_choose(v, &b, &t, &unlimited, 20, &c, &hold));
 	CHECK_EQ(c.tier, PRISM_HIGH);
 	/* The window over, LOW goes. */
 	view_clear(v);
 	view_set(v, PRISM_LOW, PRISM_READ, 50, 10);
-	CHECK(prism_choose(v, &b, &t, &unlimited, 20, &c, &hold));
+	CHECK(mech_choose(v, &b, &t, &unlimited, 20, &c, &hold));
 	CHECK_EQ(c.tier, PRISM_LOW);
 	CHECK_EQ(hold, PRISM_HOLD_NONE);
 }
@@ -934,28 +909,28 @@ TEST(lower_tier_held_while_the_device_is_full)
 	view_set(v, PRISM_LOW, PRISM_READ, 50, 10);
 	v[PRISM_HIGH].inflight = 1;
 	v[PRISM_LOW].inflight = 2;
-	CHECK(prism_choose(v, &b, &t, &f, 20, &c, &hold));
+	CHECK(mech_choose(v, &b, &t, &f, 20, &c, &hold));
 	CHECK_EQ(c.tier, PRISM_LOW);
 	/* The device is full: a LOW request would wait for a driver tag. */
 	v[PRISM_LOW].inflight = 3;
-	CHECK(!prism_choose(v, &b, &t, &f, 20, &c, &hold));
+	CHECK(!mech_choose(v, &b, &t, &f, 20, &c, &hold));
 	CHECK_EQ(hold, PRISM_HOLD_DEPTH);
 	/* The lower limit, below the device depth. */
 	f.lower_limit = 2;
 	v[PRISM_LOW].inflight = 2;
-	CHECK(!prism_choose(v, &b, &t, &f, 20, &c, &hold));
+	CHECK(!mech_choose(v, &b, &t, &f, 20, &c, &hold));
 	CHECK_EQ(hold, PRISM_HOLD_DEPTH);
 	/* A flush the scheduler never saw fills the device as well. */
 	f.lower_limit = 4;
 	v[PRISM_LOW].inflight = 1;
-	CHECK(prism_choose(v, &b, &t, &f, 20, &c, &hold));
+	CHECK(mech_choose(v, &b, &t, &f, 20, &c, &hold));
 	f.foreign = 2;
-	CHECK(!prism_choose(v, &b, &t, &f, 20, &c, &hold));
+	CHECK(!mech_choose(v, &b, &t, &f, 20, &c, &hold));
 	CHECK_EQ(hold, PRISM_HOLD_DEPTH);
 	/* With no higher tier active neither applies. */
 	v[PRISM_HIGH].inflight = 0;
 	v[PRISM_LOW].inflight = 3;
-	CHECK(prism_choose(v, &b, &t, &f, 20, &c, &hold));
+	CHECK(mech_choose(v, &b, &t, &f, 20, &c, &hold));
 	CHECK_EQ(c.tier, PRISM_LOW);
 }
 
@@ -968,15 +943,15 @@ TEST(a_flush_keeps_its_tier_active)
 	/* A flush of NORMAL's chain in the device: LOW within the depth. */
 	view_set(v, PRISM_LOW, PRISM_READ, 50, 10);
 	v[PRISM_NORMAL].flushing = true;
-	CHECK(prism_choose(v, &b, &t, &f, 20, &c, &hold));
+	CHECK(mech_choose(v, &b, &t, &f, 20, &c, &hold));
 	CHECK_EQ(c.tier, PRISM_LOW);
 	/* The flush and one LOW request fill a depth-2 device. */
 	v[PRISM_LOW].inflight = 1;
-	CHECK(!prism_choose(v, &b, &t, &f, 20, &c, &hold));
+	CHECK(!mech_choose(v, &b, &t, &f, 20, &c, &hold));
 	CHECK_EQ(hold, PRISM_HOLD_DEPTH);
 	/* Without the chain's tier active, the device is LOW's to fill. */
 	v[PRISM_NORMAL].flushing = false;
-	CHECK(prism_choose(v, &b, &t, &f, 20, &c, &hold));
+	CHECK(mech_choose(v, &b, &t, &f, 20, &c, &hold));
 	CHECK_EQ(c.tier, PRISM_LOW);
 }
 
@@ -990,22 +965,22 @@ TEST(share_passes_the_window_but_not_a_full_device)
 	view_set(v, PRISM_LOW, PRISM_READ, 50, 10);
 	for (i = 0; i < 9; i++) {
 		view_set(v, PRISM_HIGH, PRISM_READ, 1, 15);
-		CHECK(prism_choose(v, &b, &t, &depth1, 20, &c, &hold));
+		CHECK(mech_choose(v, &b, &t, &depth1, 20, &c, &hold));
 		CHECK_EQ(c.tier, PRISM_HIGH);
 	}
 	/* HIGH's request in the device: nothing may join it. */
 	view_set(v, PRISM_HIGH, PRISM_READ, 0, 0);
 	v[PRISM_HIGH].inflight = 1;
-	CHECK(!prism_choose(v, &b, &t, &depth1, 20, &c, &hold));
+	CHECK(!mech_choose(v, &b, &t, &depth1, 20, &c, &hold));
 	CHECK_EQ(hold, PRISM_HOLD_DEPTH);
 	/* Completed and anticipated: the share is paid in the window. */
 	v[PRISM_HIGH].inflight = 0;
 	v[PRISM_HIGH].anticipated = true;
-	CHECK(prism_choose(v, &b, &t, &depth1, 20, &c, &hold));
+	CHECK(mech_choose(v, &b, &t, &depth1, 20, &c, &hold));
 	CHECK_EQ(c.tier, PRISM_LOW);
 	CHECK(c.shared);
 	/* Paid: held again. */
-	CHECK(!prism_choose(v, &b, &t, &depth1, 20, &c, &hold));
+	CHECK(!mech_choose(v, &b, &t, &depth1, 20, &c, &hold));
 	CHECK_EQ(hold, PRISM_HOLD_WINDOW);
 }
 
@@ -1018,9 +993,9 @@ TEST(aging_passes_window_and_depth)
 	view_set(v, PRISM_LOW, PRISM_READ, 50, 10);
 	v[PRISM_HIGH].anticipated = true;
 	v[PRISM_HIGH].inflight = 1;
-	CHECK(!prism_choose(v, &b, &t, &depth1, 10 + t.prio_aging_expire - 1,
+	CHECK(!mech_choose(v, &b, &t, &depth1, 10 + t.prio_aging_expire - 1,
 			    &c, &hold));
-	CHECK(prism_choose(v, &b, &t, &depth1, 10 + t.prio_aging_expire, &c,
+	CHECK(mech_choose(v, &b, &t, &depth1, 10 + t.prio_aging_expire, &c,
 			   &hold));
 	CHECK_EQ(c.tier, PRISM_LOW);
 	CHECK(c.aged);
@@ -1077,7 +1052,7 @@ static unsigned int simulate_chain(s64 anticipate, unsigned int *low)
 		v[PRISM_HIGH].anticipated = !high_queued &&
 					    prism_anticipated(&th, now, window);
 		view_set(v, PRISM_LOW, PRISM_READ, 100, 0);
-		if (!prism_choose(v, &b, &t, &f, now / 4000000, &c, &hold))
+		if (!mech_choose(v, &b, &t, &f, now / 4000000, &c, &hold))
 			continue;
 		in_dev = c.tier;
 		busy_until = now + (c.tier == PRISM_HIGH ? 1 : 8) * MS;
