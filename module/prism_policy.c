@@ -262,6 +262,24 @@ void prism_account(struct prism_batch *b, const struct prism_tunables *t,
 		b->cost = cost;	/* the batch c opened */
 }
 
+/*
+ * The device sat idle for @ns because lower tiers were held for @tier's
+ * anticipated next request: that time was spent on @tier, as bfq charges
+ * idling to the queue it idles for, so the waiting tiers below it earn
+ * their shares of it. Without this a chain of small dependent requests,
+ * whose own cost is tiny next to the gaps held for it, would keep a bulk
+ * tier from ever earning a dispatch.
+ */
+void prism_account_idle(struct prism_batch *b, const struct prism_tunables *t,
+			u32 queued_tiers, int tier, u64 ns)
+{
+	int lower;
+
+	for (lower = tier + 1; lower < PRISM_NR_TIERS; lower++)
+		if (queued_tiers & (1U << lower))
+			b->credit[lower] += (s64)(t->share[lower] * ns);
+}
+
 /* A tier that holds the device for the tiers below it. */
 static bool tier_active(const struct prism_tier_view *v)
 {

@@ -612,6 +612,9 @@ void prism_choose_in_flow(const struct prism_tier_view *fv,
 			  struct prism_batch *b, const struct prism_tunables *t,
 			  unsigned long now, struct prism_choice *c);
 
+void prism_account_idle(struct prism_batch *b, const struct prism_tunables *t,
+			u32 queued_tiers, int tier, u64 ns);
+
 /* Book one dispatch: shares and the batch's cost. */
 void prism_account(struct prism_batch *b, const struct prism_tunables *t,
 		   u32 queued_tiers, const struct prism_choice *c, u64 cost);

@@ -105,6 +105,8 @@
 #define PRISM_RQ_SYNC_FIFO	BIT(12)	/* a write queued on the sync-write FIFO */
 #define PRISM_RQ_TIER_SHIFT	8
 #define PRISM_RQ_TIER_MASK	(3UL << PRISM_RQ_TIER_SHIFT)
+#define PRISM_RQ_FLOW_SHIFT	16	/* its flow's slot, 8 bits */
+#define PRISM_RQ_FLOW_MASK	(0xffUL << PRISM_RQ_FLOW_SHIFT)
 
 static const char *const prism_tier_name[PRISM_NR_TIERS] = {
 	"high", "normal", "low",
@@ -114,19 +116,63 @@ static const char *const prism_fifo_name[PRISM_NR_FIFOS] = {
 	"read", "write", "sync_write",
 };
 
-struct prism_tier_queue {
+/*
+ * Flows: the work of one process (thread group) at one tier, each with its
+ * own FIFO lists and sort trees; a tier's backlogged flows share it by
+ * weight in WF2Q+ virtual time (see prism_policy.h). Slots live in a
+ * fixed table per queue, PRISM_NR_FLOWS private ones found by hashing the
+ * (process, tier) key with a short linear probe, and one shared flow per
+ * tier for whatever does not find a slot: memory does not grow with the
+ * processes that ever did I/O, and a full table degrades to sharing. A
+ * slot is given to another flow once its flow owns no request, has been
+ * idle PRISM_FLOW_IDLE_MS, and owes the tier nothing (or has been idle a
+ * second).
+ */
+#define PRISM_FLOW_BITS		6
+#define PRISM_NR_FLOWS		(1U << PRISM_FLOW_BITS)
+#define PRISM_FLOW_SLOTS	(PRISM_NR_FLOWS + PRISM_NR_TIERS)
+#define PRISM_FLOW_PROBE	8
+#define PRISM_FLOW_IDLE_MS	100
+
+struct prism_flow {
+	/*
+	 * (process, tier), see prism_flow_key(); 0 for a free slot and the
+	 * shared flows. Written under the lock, read locklessly by
+	 * limit_depth() with inserted, finished and rt.
+	 */
+	u32 key;
+	u32 id;			/* the process (tgid); 0 for a shared flow */
+	enum prism_tier tier;
+	bool rt;		/* its last request was RT: no tag limit */
 	struct list_head fifo[PRISM_NR_FIFOS];	/* arrival order */
 	struct rb_root sort[PRISM_NR_DIRS];	/* sector order, if sorted */
 	u32 queued[PRISM_NR_FIFOS];		/* on fifo[] */
-	u32 queued_head;			/* on prism_data.dispatch */
 	/*
-	 * Where this tier's C-LOOK sweep stands: the end of its last
-	 * dispatched request, per direction (mq-deadline keeps one per
-	 * priority). A sweep from the device head instead would restart
-	 * wherever another tier's dispatch left it, and a tier served now and
-	 * then by its share would always give its lowest stream the turn.
+	 * Where the flow's C-LOOK sweep stands: the end of its last
+	 * dispatched request, per direction; also where its next request
+	 * must start to count as sequential in the cost model.
 	 */
 	sector_t sweep_pos[PRISM_NR_DIRS];
+	struct list_head active;	/* on its tier's backlogged list */
+	struct prism_fq_flow fq;
+	/* Sequential detector, fed by inserts and by bio merges. */
+	struct prism_stream stream;
+
+	u64 inserted;		/* WRITE_ONCE: limit_depth() reads it */
+	atomic64_t finished;	/* completed or merged away */
+	atomic64_t throttled;	/* allocations limited by flow_depth */
+	u64 dispatched;
+	u64 cost;		/* ns of estimated device time served */
+	u64 bytes;
+	unsigned long last_used;	/* jiffies of its last insert */
+	char comm[TASK_COMM_LEN];
+};
+
+struct prism_tier_queue {
+	u32 queued[PRISM_NR_FIFOS];		/* on its flows' fifo[] */
+	u32 queued_head;			/* on prism_data.dispatch */
+	struct list_head active;		/* backlogged flows */
+	struct prism_fq fq;
 
 	/*
 	 * Statistics, under prism_data.lock except the atomics. inserted is
@@ -190,7 +236,11 @@ struct prism_data {
 	struct prism_batch batch;
 	sector_t head_pos;		/* end of the last dispatched request */
 	bool sorted;			/* sort trees in use (C-LOOK dispatch) */
-	struct prism_stream streams[PRISM_NR_STREAMS];
+	bool rotational;		/* what the cost model was made for */
+	struct prism_cost_params cost_params;	/* in force */
+	struct prism_cost_model model;		/* the same, digested */
+	u64 flow_overflows;		/* requests that found no flow slot */
+	struct prism_flow *flows;	/* PRISM_FLOW_SLOTS */
 	/* (thread, tier) of recent inserts, for limit_depth(); see policy. */
 	u32 recent[PRISM_NR_RECENT];
 
@@ -205,6 +255,8 @@ struct prism_data {
 	struct hrtimer window_timer;
 	u64 held_window;
 	u64 held_depth;
+	u64 idle_since;		/* ns: a window hold began; 0: none */
+	int idle_tier;		/* the tier it held for */
 	atomic64_t window_runs;
 
 	/*
@@ -279,6 +331,139 @@ static inline int prism_rq_fifo(struct request *rq)
 							 PRISM_WRITE;
 }
 
+static inline struct prism_flow *prism_rq_flow(struct prism_data *pd,
+					       unsigned long st)
+{
+	unsigned long slot = (st & PRISM_RQ_FLOW_MASK) >> PRISM_RQ_FLOW_SHIFT;
+
+	if (WARN_ONCE(slot >= PRISM_FLOW_SLOTS,
+		      "prism: request state %#lx has no valid flow\n", st))
+		slot = PRISM_NR_FLOWS + PRISM_NORMAL;
+	return &pd->flows[slot];
+}
+
+static inline int prism_flow_slot(struct prism_data *pd,
+				  const struct prism_flow *fl)
+{
+	return fl - pd->flows;
+}
+
+/* pid_max is at most 2^22: (process, tier) fits, with a bit never 0. */
+static inline u32 prism_flow_key(u32 id, enum prism_tier tier)
+{
+	return BIT(31) | (id << 2) | (u32)tier;
+}
+
+/* Requests the flow owns: inserted, not finished. Lockless, never < 0. */
+static inline u64 prism_flow_owned(const struct prism_flow *fl)
+{
+	s64 owned = READ_ONCE(fl->inserted) - atomic64_read(&fl->finished);
+
+	return owned > 0 ? owned : 0;
+}
+
+static inline u32 prism_flow_queued(const struct prism_flow *fl)
+{
+	return fl->queued[PRISM_READ] + fl->queued[PRISM_WRITE] +
+	       fl->queued[PRISM_SYNC_WRITE];
+}
+
+/* The private slot holding flow @key, or NULL. Lockless. */
+static struct prism_flow *prism_flow_find(struct prism_data *pd, u32 key)
+{
+	u32 h = hash_32(key, PRISM_FLOW_BITS), i;
+
+	for (i = 0; i < PRISM_FLOW_PROBE; i++) {
+		struct prism_flow *fl = &pd->flows[(h + i) & (PRISM_NR_FLOWS - 1)];
+
+		if (READ_ONCE(fl->key) == key)
+			return fl;
+	}
+	return NULL;
+}
+
+static void prism_flow_reset(struct prism_data *pd, struct prism_flow *fl,
+			     u32 key, u32 id, enum prism_tier tier)
+{
+	int d;
+
+	for (d = 0; d < PRISM_NR_FIFOS; d++) {
+		INIT_LIST_HEAD(&fl->fifo[d]);
+		fl->queued[d] = 0;
+	}
+	for (d = 0; d < PRISM_NR_DIRS; d++) {
+		fl->sort[d] = RB_ROOT;
+		fl->sweep_pos[d] = 0;
+	}
+	INIT_LIST_HEAD(&fl->active);
+	fl->fq = (struct prism_fq_flow){ .start = pd->tier[tier].fq.vtime };
+	fl->stream = (struct prism_stream){ };
+	fl->id = id;
+	fl->tier = tier;
+	fl->rt = false;
+	WRITE_ONCE(fl->inserted, 0);
+	atomic64_set(&fl->finished, 0);
+	atomic64_set(&fl->throttled, 0);
+	fl->dispatched = 0;
+	fl->cost = 0;
+	fl->bytes = 0;
+	fl->last_used = jiffies;
+	if (id && current->tgid == id)
+		strscpy(fl->comm, current->comm, sizeof(fl->comm));
+	else
+		strscpy(fl->comm, id ? "?" : "(shared)", sizeof(fl->comm));
+	/* Published last: a lockless reader matching it sees it reset. */
+	WRITE_ONCE(fl->key, key);
+}
+
+/* Whether the slot's flow may be forgotten; see PRISM_FLOW_SLOTS. */
+static bool prism_flow_reclaimable(struct prism_data *pd,
+				   struct prism_flow *fl, unsigned long now)
+{
+	if (!fl->key)
+		return true;
+	if (prism_flow_owned(fl) || fl->fq.backlogged ||
+	    time_before(now, fl->last_used +
+			msecs_to_jiffies(PRISM_FLOW_IDLE_MS)))
+		return false;
+	return prism_fq_reclaimable(&pd->tier[fl->tier].fq, &fl->fq) ||
+	       time_after_eq(now, fl->last_used + HZ);
+}
+
+/*
+ * The flow for process @id at @tier, made if it has no slot yet; the
+ * tier's shared flow when none is free. Under the lock.
+ */
+static struct prism_flow *prism_flow_get(struct prism_data *pd, u32 id,
+					 enum prism_tier tier)
+{
+	u32 key = prism_flow_key(id, tier);
+	u32 h = hash_32(key, PRISM_FLOW_BITS), i;
+	unsigned long now = jiffies;
+	struct prism_flow *spare = NULL;
+
+	lockdep_assert_held(&pd->lock);
+
+	for (i = 0; i < PRISM_FLOW_PROBE; i++) {
+		struct prism_flow *fl = &pd->flows[(h + i) & (PRISM_NR_FLOWS - 1)];
+
+		if (fl->key == key)
+			return fl;
+		if (!spare && prism_flow_reclaimable(pd, fl, now))
+			spare = fl;
+	}
+	if (!spare) {
+		pd->flow_overflows++;
+		return &pd->flows[PRISM_NR_FLOWS + tier];
+	}
+	if (pd->batch.flow == prism_flow_slot(pd, spare)) {
+		pd->batch.tier = -1;
+		pd->batch.flow = -1;
+	}
+	prism_flow_reset(pd, spare, key, id, tier);
+	return spare;
+}
+
 /*
  * Requests @tq owns: inserted and not yet finished (queued, in flight, or
  * merged away and about to be freed). Lockless: a finish may be seen
@@ -329,6 +514,13 @@ static enum prism_tier prism_tier_of(const struct prism_tunables *t,
 			      IOPRIO_PRIO_LEVEL(ioprio), t);
 }
 
+static u32 prism_rq_weight(struct request *rq)
+{
+	unsigned short ioprio = req_get_ioprio(rq);
+
+	return prism_weight(IOPRIO_PRIO_CLASS(ioprio), IOPRIO_PRIO_LEVEL(ioprio));
+}
+
 /* First request at or after @pos in sector order, NULL if none. */
 static struct request *prism_sorted_from(struct rb_root *root, sector_t pos)
 {
@@ -348,10 +540,31 @@ static struct request *prism_sorted_from(struct rb_root *root, sector_t pos)
 	return res;
 }
 
+/* A flow with requests on its lists is on its tier's backlogged list. */
+static void prism_flow_activate(struct prism_data *pd, struct prism_flow *fl,
+				u32 weight)
+{
+	struct prism_tier_queue *tq = &pd->tier[fl->tier];
+
+	if (fl->fq.backlogged)
+		return;
+	prism_fq_activate(&tq->fq, &fl->fq, weight);
+	list_add_tail(&fl->active, &tq->active);
+}
+
+static void prism_flow_deactivate(struct prism_data *pd, struct prism_flow *fl)
+{
+	if (!fl->fq.backlogged)
+		return;
+	prism_fq_deactivate(&pd->tier[fl->tier].fq, &fl->fq);
+	list_del_init(&fl->active);
+}
+
 /*
  * Take @rq out of every structure at once: FIFO or dispatch list, sort
- * tree, merge hash and the queue's last_merge hint. Safe on a request
- * that was never queued (a merge victim fresh from insert).
+ * tree, merge hash and the queue's last_merge hint; a flow left with
+ * nothing queued leaves its tier's fair queue. Safe on a request that was
+ * never queued (a merge victim fresh from insert).
  */
 static void prism_remove_request(struct prism_data *pd,
 				 struct request_queue *q, struct request *rq)
@@ -364,92 +577,134 @@ static void prism_remove_request(struct prism_data *pd,
 
 	list_del_init(&rq->queuelist);
 	if (st & PRISM_RQ_SORTED)
-		elv_rb_del(&tq->sort[dir], rq);
+		elv_rb_del(&prism_rq_flow(pd, st)->sort[dir], rq);
 	elv_rqhash_del(q, rq);		/* if RQF_HASHED */
 	if (q->last_merge == rq)
 		q->last_merge = NULL;
 
 	if (st & PRISM_RQ_QUEUED) {
-		if (st & PRISM_RQ_AT_HEAD)
+		if (st & PRISM_RQ_AT_HEAD) {
 			tq->queued_head--;
-		else
-			tq->queued[prism_rq_fifo(rq)]--;
+		} else {
+			struct prism_flow *fl = prism_rq_flow(pd, st);
+			int fifo = prism_rq_fifo(rq);
+
+			tq->queued[fifo]--;
+			fl->queued[fifo]--;
+			if (!prism_flow_queued(fl))
+				prism_flow_deactivate(pd, fl);
+		}
 		WRITE_ONCE(pd->nr_queued, pd->nr_queued - 1);
 	}
 	prism_rq_set_state(rq, st & ~(PRISM_RQ_QUEUED | PRISM_RQ_AT_HEAD |
 				      PRISM_RQ_SORTED));
 }
 
-static void prism_sort_add(struct prism_tier_queue *tq, struct request *rq)
+static void prism_sort_add(struct prism_flow *fl, struct request *rq)
 {
-	elv_rb_add(&tq->sort[prism_rq_dir(rq)], rq);
+	elv_rb_add(&fl->sort[prism_rq_dir(rq)], rq);
 	prism_rq_set_state(rq, prism_rq_state(rq) | PRISM_RQ_SORTED);
+}
+
+/*
+ * The cost model in force, from the tunables and the media; whenever
+ * either changes. Coefficients set to 0 take the media's defaults.
+ */
+static void prism_model_update(struct prism_data *pd)
+{
+	struct prism_cost_params none = { };
+
+	prism_cost_effective(&pd->cost_params, &prism_tun(pd)->cost, &none,
+			     false, pd->rotational);
+	prism_cost_digest(&pd->model, &pd->cost_params);
 }
 
 /*
  * Re-read the dispatch order from sort_mode and the queue's rotational
  * flag, which a driver or the user may change at any time. When sorting
  * is switched on, queued requests enter the trees so that none is missed.
+ * The cost model follows the rotational flag too.
  */
 static void prism_update_order(struct prism_data *pd, struct request_queue *q)
 {
-	bool sorted = prism_sorted(READ_ONCE(pd->sort_mode),
-				   !blk_queue_nonrot(q));
+	bool rotational = !blk_queue_nonrot(q);
+	bool sorted = prism_sorted(READ_ONCE(pd->sort_mode), rotational);
 	struct request *rq;
-	int t, d;
+	int f, d;
 
 	lockdep_assert_held(&pd->lock);
 
+	if (rotational != pd->rotational) {
+		pd->rotational = rotational;
+		prism_model_update(pd);
+	}
 	if (sorted == pd->sorted)
 		return;
 	pd->sorted = sorted;
 	if (!sorted)
 		return;	/* stale tree entries leave as they are dispatched */
-	for (t = 0; t < PRISM_NR_TIERS; t++)
+	for (f = 0; f < PRISM_FLOW_SLOTS; f++)
 		for (d = 0; d < PRISM_NR_FIFOS; d++)
-			list_for_each_entry(rq, &pd->tier[t].fifo[d], queuelist)
+			list_for_each_entry(rq, &pd->flows[f].fifo[d], queuelist)
 				if (!(prism_rq_state(rq) & PRISM_RQ_SORTED))
-					prism_sort_add(&pd->tier[t], rq);
+					prism_sort_add(&pd->flows[f], rq);
 }
 
 /*
- * First entry of a request into prism: classify it, feed its stream and
- * record its thread's tier for limit_depth(). A request the core never
- * prepared (on 6.1 a FUA or preflush write that bypassed the elevator and
- * came back through a driver requeue) has stale elv.priv[]: it gets a
- * fresh state, no thread, and is not counted as owned, since the core
- * will not call finish_request() for it; its books are foreign (inserts)
- * against its share of dispatched.
+ * First entry of a request into prism: classify it, find its flow, feed
+ * the flow's stream and record its thread's tier for limit_depth(). The
+ * flow is the submitting process: prepare_request() ran in the submitting
+ * thread and kept its pid; insert normally runs there too (a plug is
+ * flushed by its owner), and then the process is current's thread group;
+ * otherwise the thread counts as a process of its own.
+ *
+ * A request the core never prepared (on 6.1 a FUA or preflush write that
+ * bypassed the elevator and came back through a driver requeue) has stale
+ * elv.priv[]: it gets a fresh state, the tier's shared flow but none of
+ * its books, and is not counted as owned, since the core will not call
+ * finish_request() for it; its books are foreign (inserts) against its
+ * share of dispatched.
  */
 static unsigned long prism_first_insert(struct prism_data *pd,
 					struct request *rq)
 {
 	const struct prism_tunables *t = prism_tun(pd);
-	enum prism_tier tier = prism_tier_of(t, req_get_ioprio(rq));
+	unsigned short ioprio = req_get_ioprio(rq);
+	enum prism_tier tier = prism_tier_of(t, ioprio);
 	struct prism_tier_queue *tq = &pd->tier[tier];
 	unsigned long st = (unsigned long)tier << PRISM_RQ_TIER_SHIFT;
-	u32 id = (u32)(unsigned long)rq->elv.priv[1];
+	u32 pid = (u32)(unsigned long)rq->elv.priv[1];
+	struct prism_flow *fl;
 	u64 owned;
 
 	if (!prism_rq_prepared(rq)) {
 		tq->foreign++;
+		st |= (unsigned long)(PRISM_NR_FLOWS + tier) <<
+		      PRISM_RQ_FLOW_SHIFT;
 		return st | PRISM_RQ_SEEN | PRISM_RQ_FOREIGN;
 	}
 
-	if (id) {
-		u32 *recent = &pd->recent[prism_recent_slot(id)];
-		u32 key = prism_recent_key(id, tier);
+	if (pid) {
+		u32 *recent = &pd->recent[prism_recent_slot(pid)];
+		u32 key = prism_recent_key(pid, tier);
 
-		/* The detector only matters to batches in sector order. */
-		if (pd->sorted &&
-		    prism_stream_update(&pd->streams[prism_stream_slot(id)], id,
-					blk_rq_pos(rq), blk_rq_sectors(rq),
-					t->seq_gap))
-			st |= PRISM_RQ_SEQ;
 		/* Written only on a change: the line stays clean for readers. */
 		if (*recent != key)
 			WRITE_ONCE(*recent, key);
+		fl = prism_flow_get(pd, current->pid == pid ? current->tgid :
+					pid, tier);
+	} else {
+		fl = &pd->flows[PRISM_NR_FLOWS + tier];
 	}
+	st |= (unsigned long)prism_flow_slot(pd, fl) << PRISM_RQ_FLOW_SHIFT;
+	if (prism_stream_update(&fl->stream, 1, blk_rq_pos(rq),
+				blk_rq_sectors(rq), t->seq_gap))
+		st |= PRISM_RQ_SEQ;
+	if (fl->rt != (IOPRIO_PRIO_CLASS(ioprio) == IOPRIO_CLASS_RT))
+		WRITE_ONCE(fl->rt, !fl->rt);
+	fl->last_used = jiffies;
+	WRITE_ONCE(fl->inserted, fl->inserted + 1);
+
 	/*
 	 * The tier owned nothing: this request is the next link of its chain,
 	 * and the time since the last completion its think time. Measured
@@ -474,6 +729,7 @@ static void prism_insert_request(struct prism_data *pd, struct request_queue *q,
 {
 	unsigned long st = prism_rq_state(rq);
 	struct prism_tier_queue *tq;
+	struct prism_flow *fl;
 	bool requeue = false;
 	int fifo;
 
@@ -530,9 +786,12 @@ static void prism_insert_request(struct prism_data *pd, struct request_queue *q,
 		prism_rq_set_state(rq, st);
 		return;
 	}
+	fl = prism_rq_flow(pd, st);
 	fifo = prism_rq_fifo_class(rq);
-	list_add_tail(&rq->queuelist, &tq->fifo[fifo]);
+	list_add_tail(&rq->queuelist, &fl->fifo[fifo]);
 	tq->queued[fifo]++;
+	fl->queued[fifo]++;
+	prism_flow_activate(pd, fl, prism_rq_weight(rq));
 	WRITE_ONCE(pd->nr_queued, pd->nr_queued + 1);
 	st |= PRISM_RQ_QUEUED;
 	if (fifo == PRISM_SYNC_WRITE)
@@ -541,7 +800,7 @@ static void prism_insert_request(struct prism_data *pd, struct request_queue *q,
 		st &= ~PRISM_RQ_SYNC_FIFO;
 	prism_rq_set_state(rq, st);
 	if (pd->sorted)
-		prism_sort_add(tq, rq);
+		prism_sort_add(fl, rq);
 	if (rq_mergeable(rq)) {
 		/*
 		 * Discards stay out of the hash: attempt_merge() frees a
@@ -583,23 +842,94 @@ static void prism_insert_requests(struct blk_mq_hw_ctx *hctx,
 	blk_mq_free_requests(&free);
 }
 
+static inline bool tq_queued(const struct prism_tier_queue *tq)
+{
+	return tq->queued[PRISM_READ] || tq->queued[PRISM_WRITE] ||
+	       tq->queued[PRISM_SYNC_WRITE];
+}
+
 static struct request *prism_pick(struct prism_data *pd,
+				  struct prism_flow *fl,
 				  const struct prism_choice *c)
 {
-	struct prism_tier_queue *tq = &pd->tier[c->tier];
 	enum prism_dir dir = prism_fifo_dir(c->dir);
 	struct request *rq = NULL;
 
 	if (c->take == PRISM_TAKE_NEXT && pd->sorted) {
 		/* C-LOOK: upwards from the sweep, then wrap to the lowest. */
-		rq = prism_sorted_from(&tq->sort[dir], tq->sweep_pos[dir]);
-		if (!rq && !RB_EMPTY_ROOT(&tq->sort[dir]))
-			rq = rb_entry_rq(rb_first(&tq->sort[dir]));
+		rq = prism_sorted_from(&fl->sort[dir], fl->sweep_pos[dir]);
+		if (!rq && !RB_EMPTY_ROOT(&fl->sort[dir]))
+			rq = rb_entry_rq(rb_first(&fl->sort[dir]));
 	}
 	if (!rq)
-		rq = list_first_entry_or_null(&tq->fifo[c->dir], struct request,
+		rq = list_first_entry_or_null(&fl->fifo[c->dir], struct request,
 					      queuelist);
 	return rq;
+}
+
+/* A flow's lists as the policy sees them. */
+static void prism_flow_view(struct prism_flow *fl, struct prism_tier_view *v)
+{
+	int d;
+
+	for (d = 0; d < PRISM_NR_FIFOS; d++) {
+		struct request *head;
+
+		v->dir[d].queued = fl->queued[d];
+		head = list_first_entry_or_null(&fl->fifo[d], struct request,
+						queuelist);
+		v->dir[d].oldest = head ? head->fifo_time : 0;
+	}
+}
+
+/*
+ * A tier's lists as the policy sees them: per FIFO list the requests its
+ * flows have queued, and the oldest head among its backlogged flows, with
+ * the flow that holds it (aging serves that head).
+ */
+static void prism_tier_view(struct prism_data *pd, int t,
+			    struct prism_tier_view *v)
+{
+	struct prism_tier_queue *tq = &pd->tier[t];
+	struct prism_flow *fl;
+	int d;
+
+	for (d = 0; d < PRISM_NR_FIFOS; d++) {
+		v->dir[d].queued = tq->queued[d];
+		v->dir[d].oldest = 0;
+		v->dir[d].flow = -1;
+	}
+	list_for_each_entry(fl, &tq->active, active) {
+		for (d = 0; d < PRISM_NR_FIFOS; d++) {
+			struct request *head;
+
+			head = list_first_entry_or_null(&fl->fifo[d],
+							struct request,
+							queuelist);
+			if (!head || (v->dir[d].flow >= 0 &&
+				      !time_before((unsigned long)head->fifo_time,
+						   v->dir[d].oldest)))
+				continue;
+			v->dir[d].oldest = head->fifo_time;
+			v->dir[d].flow = prism_flow_slot(pd, fl);
+		}
+	}
+}
+
+/* The tier's fair queue chooses the flow that starts a turn (WF2Q+). */
+static struct prism_flow *prism_fq_select(struct prism_data *pd, int t)
+{
+	struct prism_tier_queue *tq = &pd->tier[t];
+	struct prism_fq_pick p;
+	struct prism_flow *fl;
+	int slot;
+
+	prism_fq_pick_init(&p);
+	list_for_each_entry(fl, &tq->active, active)
+		prism_fq_pick_consider(&p, &tq->fq, &fl->fq,
+				       prism_flow_slot(pd, fl));
+	slot = prism_fq_pick_done(&p, &tq->fq);
+	return slot >= 0 ? &pd->flows[slot] : NULL;
 }
 
 /*
@@ -799,6 +1129,15 @@ static void prism_hold(struct prism_data *pd, struct blk_mq_hw_ctx *hctx,
 		return;
 	}
 	pd->held_window++;
+	if (!pd->idle_since) {
+		int t;
+
+		/* The device idles from now for the highest anticipated tier. */
+		for (t = 0; t < PRISM_NR_TIERS - 1 && !view[t].anticipated; t++)
+			;
+		pd->idle_since = now;
+		pd->idle_tier = t;
+	}
 	end = prism_window_end(pd, view, window);
 	hrtimer_start_range_ns(&pd->window_timer,
 			       ns_to_ktime(end > now ? end - now : 0),
@@ -814,11 +1153,13 @@ static struct request *prism_dispatch_request(struct blk_mq_hw_ctx *hctx)
 	struct prism_tier_queue *tq;
 	struct prism_flight flight;
 	struct prism_choice c;
+	struct prism_flow *fl;
 	enum prism_hold hold;
 	struct request *rq;
-	u64 now = 0, window = 0;
+	u64 now = 0, window = 0, cost;
 	unsigned long st;
-	int t, d, first = PRISM_NR_TIERS;
+	u32 queued_tiers = 0;
+	int t, dir, first = PRISM_NR_TIERS;
 
 	spin_lock(&pd->lock);
 
@@ -828,18 +1169,18 @@ static struct request *prism_dispatch_request(struct blk_mq_hw_ctx *hctx)
 
 	prism_update_order(pd, q);
 	for (t = 0; t < PRISM_NR_TIERS; t++) {
-		tq = &pd->tier[t];
-		for (d = 0; d < PRISM_NR_FIFOS; d++) {
-			struct request *head;
-
-			view[t].dir[d].queued = tq->queued[d];
-			head = list_first_entry_or_null(&tq->fifo[d],
-							struct request,
-							queuelist);
-			view[t].dir[d].oldest = head ? head->fifo_time : 0;
-			if (head && t < first)
+		prism_tier_view(pd, t, &view[t]);
+		view[t].batch_left = 0;
+		if (tq_queued(&pd->tier[t])) {
+			queued_tiers |= 1U << t;
+			if (first == PRISM_NR_TIERS)
 				first = t;
 		}
+	}
+	if (pd->batch.tier >= 0 && pd->batch.flow >= 0) {
+		fl = &pd->flows[pd->batch.flow];
+		if (fl->tier == pd->batch.tier)
+			view[fl->tier].batch_left = fl->queued[pd->batch.dir];
 	}
 	prism_view_flight(pd, q, view, first, &flight, &now, &window);
 
@@ -864,7 +1205,23 @@ static struct request *prism_dispatch_request(struct blk_mq_hw_ctx *hctx)
 		goto unlock;
 	}
 
-	rq = prism_pick(pd, &c);
+	if (c.flow < 0) {
+		/* A new turn in the tier: its fair queue names the flow. */
+		struct prism_tier_view fv;
+
+		fl = prism_fq_select(pd, c.tier);
+		if (WARN_ON_ONCE(!fl)) {
+			prism_batch_reset(&pd->batch);
+			goto unlock;
+		}
+		c.flow = prism_flow_slot(pd, fl);
+		prism_flow_view(fl, &fv);
+		prism_choose_in_flow(&fv, &pd->batch, tun, jiffies, &c);
+	} else {
+		fl = &pd->flows[c.flow];
+	}
+
+	rq = prism_pick(pd, fl, &c);
 	if (WARN_ON_ONCE(!rq)) {
 		/* The view said queued; the lists disagree. Start afresh. */
 		prism_batch_reset(&pd->batch);
@@ -878,6 +1235,28 @@ static struct request *prism_dispatch_request(struct blk_mq_hw_ctx *hctx)
 		pd->tier[c.tier].expired++;
 	prism_note_dispatch(&pd->batch, tun, pd->sorted,
 			    prism_rq_state(rq) & PRISM_RQ_SEQ);
+
+	if (pd->idle_since) {
+		/* A window hold ended: the idle time was the held-for tier's. */
+		if (!now)
+			now = ktime_get_ns();
+		prism_account_idle(&pd->batch, tun, queued_tiers, pd->idle_tier,
+				   now > pd->idle_since ? now - pd->idle_since : 0);
+		pd->idle_since = 0;
+	}
+	/*
+	 * Charge its cost while the flow is still backlogged: to the flow's
+	 * virtual time, the tier's, and the shares between tiers.
+	 */
+	dir = prism_rq_dir(rq);
+	cost = prism_cost(&pd->model, dir, blk_rq_bytes(rq),
+			  prism_cost_seq(fl->sweep_pos[dir], blk_rq_pos(rq),
+					 tun->seq_gap));
+	prism_fq_charge(&pd->tier[fl->tier].fq, &fl->fq, cost);
+	prism_account(&pd->batch, tun, queued_tiers, &c, cost);
+	fl->dispatched++;
+	fl->cost += cost;
+	fl->bytes += blk_rq_bytes(rq);
 
 found:
 	prism_remove_request(pd, q, rq);
@@ -917,7 +1296,7 @@ found:
 		prism_rq_set_state(rq, st);
 	}
 	pd->head_pos = blk_rq_pos(rq) + blk_rq_sectors(rq);
-	tq->sweep_pos[prism_rq_dir(rq)] = pd->head_pos;
+	prism_rq_flow(pd, st)->sweep_pos[prism_rq_dir(rq)] = pd->head_pos;
 	rq->rq_flags |= RQF_STARTED;
 unlock:
 	spin_unlock(&pd->lock);
@@ -945,12 +1324,60 @@ static bool prism_tier_active_now(struct prism_data *pd, enum prism_tier tier,
  * Tag reserve: while a higher tier is active, a NORMAL or LOW allocation
  * may take only its tier's share of the scheduler tags, so a higher-tier
  * request finds one free instead of queueing in tag allocation where
- * prism cannot see it. The tier is the one the allocating thread's last
- * request carried (see prism_alloc_tier()), else its own I/O priority's.
- * Runs locklessly: the tunables under RCU, the counters as atomics or
- * READ_ONCE. Ordered so that the common cases (nothing above LOW active;
- * only NORMAL active and a NORMAL thread allocating) return after a few
- * loads, since this runs for every request.
+ * prism cannot see it. 0: no limit.
+ */
+static u32 prism_tier_limit(struct prism_data *pd, const struct prism_tunables *t,
+			    enum prism_tier tier, u32 nr, unsigned long now)
+{
+	bool high_active = prism_tier_active_now(pd, PRISM_HIGH, now);
+
+	if (tier == PRISM_HIGH)
+		return 0;
+	/* With HIGH inactive, NORMAL is the active tier above a LOW one. */
+	if (!high_active && (tier != PRISM_LOW ||
+			     !prism_tier_active_now(pd, PRISM_NORMAL, now)))
+		return 0;
+	return prism_alloc_depth(tier, true, nr, t);
+}
+
+/*
+ * Per-flow tag limit (CPQ): while another flow owns requests, a process
+ * holding flow_depth % of the scheduler tags or more allocates within a
+ * shallower depth, so light processes at its priority still find tags
+ * and reach the fair queue. RT flows are exempt. 0: no limit.
+ */
+static u32 prism_flow_limit(struct prism_data *pd,
+			    const struct prism_tunables *t,
+			    enum prism_tier tier, u32 nr)
+{
+	struct prism_flow *fl;
+	u64 total = 0, owned;
+	u32 depth;
+	int i;
+
+	if (t->flow_depth >= 100)
+		return 0;
+	for (i = 0; i < PRISM_NR_TIERS; i++)
+		total += prism_owned(&pd->tier[i]);
+	if (total < 2)
+		return 0;	/* no two flows can own requests */
+	fl = prism_flow_find(pd, prism_flow_key(current->tgid, tier));
+	if (!fl || READ_ONCE(fl->rt))
+		return 0;
+	owned = prism_flow_owned(fl);
+	depth = prism_flow_alloc_depth(owned, total > owned, nr, t);
+	if (depth)
+		atomic64_inc(&fl->throttled);
+	return depth;
+}
+
+/*
+ * Both limits for an allocation, the smaller one applying. The tier is
+ * the one the allocating thread's last request carried (see
+ * prism_alloc_tier()), else its own I/O priority's. Runs locklessly: the
+ * tunables under RCU, the counters as atomics or READ_ONCE. The common
+ * cases (nothing above LOW active; one process owning requests) return
+ * after a few loads, since this runs for every request.
  */
 static void prism_limit_depth(blk_opf_t opf, struct blk_mq_alloc_data *data)
 {
@@ -959,28 +1386,20 @@ static void prism_limit_depth(blk_opf_t opf, struct blk_mq_alloc_data *data)
 	const struct prism_tunables *t;
 	enum prism_tier tier;
 	u32 pid = current->pid;
-	unsigned long now = jiffies;
-	bool high_active;
-	u32 depth;
+	u32 depth, fdepth;
 
-	high_active = prism_tier_active_now(pd, PRISM_HIGH, now);
-	/* Nothing above LOW is active: no allocation needs limiting. */
-	if (!high_active && !prism_tier_active_now(pd, PRISM_NORMAL, now))
-		return;
 	tier = prism_alloc_tier(READ_ONCE(pd->recent[prism_recent_slot(pid)]),
 				pid, PRISM_NR_TIERS);
-	/* Only NORMAL is active: only a LOW allocation is limited. */
-	if (!high_active && tier != PRISM_LOW && tier != PRISM_NR_TIERS)
-		return;
-
 	rcu_read_lock();
 	t = &rcu_dereference(pd->tun)->t;
 	if (tier == PRISM_NR_TIERS)
 		tier = prism_tier_of(t, get_current_ioprio());
-	/* With HIGH inactive, NORMAL is the active tier above a LOW one. */
-	depth = prism_alloc_depth(tier, high_active || tier == PRISM_LOW, nr, t);
+	depth = prism_tier_limit(pd, t, tier, nr, jiffies);
+	fdepth = prism_flow_limit(pd, t, tier, nr);
 	rcu_read_unlock();
 
+	if (fdepth && (!depth || fdepth < depth))
+		depth = fdepth;
 	if (depth)
 		data->shallow_depth = prism_shallow_depth(data->hctx, depth);
 }
@@ -1018,6 +1437,11 @@ static void prism_finish_request(struct request *rq)
 	if (!(st & PRISM_RQ_SEEN) || (st & PRISM_RQ_FOREIGN))
 		return;
 	tq = &pd->tier[prism_rq_tier(rq)];
+	/*
+	 * The flow's books first: once they balance its slot may be given
+	 * away, and nothing below touches the flow.
+	 */
+	atomic64_inc(&prism_rq_flow(pd, st)->finished);
 	if (!(st & PRISM_RQ_DISPATCHED)) {
 		atomic64_inc(&tq->merged_away);
 		prism_rq_set_state(rq, 0);
@@ -1040,20 +1464,37 @@ static void prism_finish_request(struct request *rq)
 	prism_rq_set_state(rq, 0);
 }
 
+/*
+ * The flow a bio joins if it becomes a request: its submitter's (bio
+ * merges run in the submitting thread), NULL if it has none yet.
+ */
+static struct prism_flow *prism_bio_flow(struct prism_data *pd,
+					 struct bio *bio)
+{
+	enum prism_tier tier = prism_tier_of(prism_tun(pd), bio->bi_ioprio);
+
+	return prism_flow_find(pd, prism_flow_key(current->tgid, tier));
+}
+
 static int prism_request_merge(struct request_queue *q, struct request **rq,
 			       struct bio *bio)
 {
 	struct prism_data *pd = q->elevator->elevator_data;
-	enum prism_tier tier = prism_tier_of(prism_tun(pd), bio->bi_ioprio);
-	struct prism_tier_queue *tq = &pd->tier[tier];
 	sector_t sector = bio_end_sector(bio);
+	struct prism_flow *fl;
 	struct request *__rq;
 
 	if (!READ_ONCE(pd->front_merges))
 		return ELEVATOR_NO_MERGE;
 
-	/* Front merges need the sort tree, kept only in sector order. */
-	__rq = elv_rb_find(&tq->sort[bio_data_dir(bio)], sector);
+	/*
+	 * Front merges need the sort tree, kept only in sector order: the
+	 * submitter's flow's, where its stream's requests are.
+	 */
+	fl = prism_bio_flow(pd, bio);
+	if (!fl)
+		return ELEVATOR_NO_MERGE;
+	__rq = elv_rb_find(&fl->sort[bio_data_dir(bio)], sector);
 	if (__rq && elv_bio_merge_ok(__rq, bio)) {
 		*rq = __rq;
 		if (blk_discard_mergable(__rq))
@@ -1067,15 +1508,17 @@ static void prism_request_merged(struct request_queue *q, struct request *req,
 				 enum elv_merge type)
 {
 	struct prism_data *pd = q->elevator->elevator_data;
-	struct prism_tier_queue *tq = &pd->tier[prism_rq_tier(req)];
+	unsigned long st = prism_rq_state(req);
 
 	lockdep_assert_held(&pd->lock);
 
 	/* A front merge moved the start sector: re-sort. */
-	if (type == ELEVATOR_FRONT_MERGE &&
-	    (prism_rq_state(req) & PRISM_RQ_SORTED)) {
-		elv_rb_del(&tq->sort[prism_rq_dir(req)], req);
-		elv_rb_add(&tq->sort[prism_rq_dir(req)], req);
+	if (type == ELEVATOR_FRONT_MERGE && (st & PRISM_RQ_SORTED)) {
+		struct rb_root *root =
+			&prism_rq_flow(pd, st)->sort[prism_rq_dir(req)];
+
+		elv_rb_del(root, req);
+		elv_rb_add(root, req);
 	}
 }
 
@@ -1091,15 +1534,17 @@ static void prism_requests_merged(struct request_queue *q, struct request *req,
 
 	/*
 	 * The survivor inherits the earlier arrival and FIFO place, but only
-	 * within its own tier's FIFO: the two may be in different tiers when
+	 * within its own flow's FIFO: the two may be different processes'
+	 * (the hash finds any queued request), or in different tiers when
 	 * be_high_max or be_low_min changed between their inserts (the core
 	 * only checks that their ioprio is equal), and a request on another
-	 * tier's list would leave both tiers' counts wrong; nor across the
-	 * sync and background write lists (the core merges a sync write with
-	 * a background one).
+	 * flow's list would leave both flows' and tiers' counts wrong; nor
+	 * across the sync and background write lists (the core merges a sync
+	 * write with a background one).
 	 */
 	if ((rst & nst & PRISM_RQ_QUEUED) &&
 	    !((rst | nst) & PRISM_RQ_AT_HEAD) &&
+	    (rst & PRISM_RQ_FLOW_MASK) == (nst & PRISM_RQ_FLOW_MASK) &&
 	    prism_rq_tier(req) == prism_rq_tier(next) &&
 	    prism_rq_fifo(req) == prism_rq_fifo(next) &&
 	    time_before((unsigned long)next->fifo_time,
@@ -1119,6 +1564,20 @@ static bool prism_bio_merge(struct request_queue *q, struct bio *bio,
 
 	spin_lock(&pd->lock);
 	ret = blk_mq_sched_try_merge(q, bio, nr_segs, &free);
+	if (ret) {
+		/*
+		 * A stream that merges is sequential: feed its flow's detector
+		 * as an insert would, or a heavily merging stream would look
+		 * random (its requests arrive far apart).
+		 */
+		struct prism_flow *fl = prism_bio_flow(pd, bio);
+
+		if (fl)
+			prism_stream_update(&fl->stream, 1,
+					    bio->bi_iter.bi_sector,
+					    bio_sectors(bio),
+					    prism_tun(pd)->seq_gap);
+	}
 	spin_unlock(&pd->lock);
 
 	if (free)
@@ -1130,8 +1589,9 @@ static int prism_init_sched(struct request_queue *q, struct elevator_type *e)
 {
 	struct elevator_queue *eq;
 	struct prism_tun_rcu *tun;
+	struct prism_flow *flows;
 	struct prism_data *pd;
-	int t, d;
+	int t, f;
 
 	eq = elevator_alloc(q, e);
 	if (!eq)
@@ -1139,9 +1599,13 @@ static int prism_init_sched(struct request_queue *q, struct elevator_type *e)
 
 	pd = kzalloc_node(sizeof(*pd), GFP_KERNEL, q->node);
 	tun = kzalloc_node(sizeof(*tun), GFP_KERNEL, q->node);
-	if (!pd || !tun) {
+	/* About 20 KiB: kvzalloc, since it need not be contiguous. */
+	flows = kvzalloc_node(sizeof(*flows) * PRISM_FLOW_SLOTS, GFP_KERNEL,
+			      q->node);
+	if (!pd || !tun || !flows) {
 		kfree(pd);
 		kfree(tun);
+		kvfree(flows);
 		kobject_put(&eq->kobj);
 		return -ENOMEM;
 	}
@@ -1150,20 +1614,26 @@ static int prism_init_sched(struct request_queue *q, struct elevator_type *e)
 	spin_lock_init(&pd->lock);
 	INIT_LIST_HEAD(&pd->dispatch);
 	for (t = 0; t < PRISM_NR_TIERS; t++) {
-		for (d = 0; d < PRISM_NR_FIFOS; d++)
-			INIT_LIST_HEAD(&pd->tier[t].fifo[d]);
-		for (d = 0; d < PRISM_NR_DIRS; d++)
-			pd->tier[t].sort[d] = RB_ROOT;
+		INIT_LIST_HEAD(&pd->tier[t].active);
 		atomic64_set(&pd->tier[t].completed, 0);
 		atomic64_set(&pd->tier[t].merged_away, 0);
 		pd->tier[t].last_done = jiffies - HZ;
 	}
 	prism_tunables_init(&tun->t, HZ);
 	RCU_INIT_POINTER(pd->tun, tun);
+	pd->flows = flows;
+	for (f = 0; f < PRISM_NR_FLOWS; f++)
+		prism_flow_reset(pd, &flows[f], 0, 0, PRISM_NORMAL);
+	for (t = 0; t < PRISM_NR_TIERS; t++)
+		prism_flow_reset(pd, &flows[PRISM_NR_FLOWS + t], 0, 0, t);
 	pd->front_merges = 1;
 	pd->sort_mode = PRISM_SORT_AUTO;
 	prism_batch_reset(&pd->batch);
 	pd->sorted = prism_sorted(pd->sort_mode, !blk_queue_nonrot(q));
+	pd->rotational = !blk_queue_nonrot(q);
+	spin_lock(&pd->lock);
+	prism_model_update(pd);
+	spin_unlock(&pd->lock);
 	pd->q = q;
 	prism_depth_init(&pd->depth, prism_device_depth(q));
 	atomic64_set(&pd->lat.all, 0);
@@ -1183,18 +1653,25 @@ static int prism_init_sched(struct request_queue *q, struct elevator_type *e)
 static void prism_exit_sched(struct elevator_queue *e)
 {
 	struct prism_data *pd = e->elevator_data;
-	int t;
+	int t, f;
 
 	/* The queue is frozen and quiesced: no dispatch re-arms it now. */
 	hrtimer_cancel(&pd->window_timer);
 	spin_lock(&pd->lock);
 	WARN_ON_ONCE(!list_empty(&pd->dispatch));
+	for (f = 0; f < PRISM_FLOW_SLOTS; f++) {
+		struct prism_flow *fl = &pd->flows[f];
+
+		WARN_ON_ONCE(!list_empty(&fl->fifo[PRISM_READ]) ||
+			     !list_empty(&fl->fifo[PRISM_WRITE]) ||
+			     !list_empty(&fl->fifo[PRISM_SYNC_WRITE]));
+		/* Its books balance too: every request it took has left. */
+		WARN_ON_ONCE(fl->inserted != atomic64_read(&fl->finished));
+	}
 	for (t = 0; t < PRISM_NR_TIERS; t++) {
 		struct prism_tier_queue *tq = &pd->tier[t];
 
-		WARN_ON_ONCE(!list_empty(&tq->fifo[PRISM_READ]) ||
-			     !list_empty(&tq->fifo[PRISM_WRITE]) ||
-			     !list_empty(&tq->fifo[PRISM_SYNC_WRITE]));
+		WARN_ON_ONCE(!list_empty(&tq->active));
 		/* Each request that entered left exactly once. */
 		WARN_ONCE(tq->inserted != atomic64_read(&tq->completed) +
 			  atomic64_read(&tq->merged_away) ||
@@ -1208,6 +1685,7 @@ static void prism_exit_sched(struct elevator_queue *e)
 	spin_unlock(&pd->lock);
 	/* The queue is frozen: no limit_depth() can be reading them. */
 	kfree(rcu_dereference_protected(pd->tun, true));
+	kvfree(pd->flows);
 	kfree(pd);
 }
 
@@ -1231,6 +1709,14 @@ enum prism_attr_id {
 	PRISM_ATTR_ANTICIPATE_US,
 	PRISM_ATTR_TARGET_LATENCY_US,
 	PRISM_ATTR_SYNC_WRITE_EXPIRE,
+	PRISM_ATTR_QUANTUM_US,
+	PRISM_ATTR_FLOW_DEPTH,
+	PRISM_ATTR_COST_RKBPS,
+	PRISM_ATTR_COST_RSEQIOPS,
+	PRISM_ATTR_COST_RRANDIOPS,
+	PRISM_ATTR_COST_WKBPS,
+	PRISM_ATTR_COST_WSEQIOPS,
+	PRISM_ATTR_COST_WRANDIOPS,
 };
 
 /* An hour: longer deadlines mean none; shown values stay within int. */
@@ -1260,6 +1746,15 @@ static const struct prism_attr_range prism_attr_ranges[] = {
 	[PRISM_ATTR_ANTICIPATE_US]	= { PRISM_AUTO, USEC_PER_SEC },
 	[PRISM_ATTR_TARGET_LATENCY_US]	= { 0, 10 * USEC_PER_SEC },
 	[PRISM_ATTR_SYNC_WRITE_EXPIRE]	= { 0, PRISM_MAX_MSECS },
+	/* A turn of 10 us to 1 s; cost coefficients 0 (default) or more. */
+	[PRISM_ATTR_QUANTUM_US]		= { 10, USEC_PER_SEC },
+	[PRISM_ATTR_FLOW_DEPTH]		= { 1, 100 },
+	[PRISM_ATTR_COST_RKBPS]		= { 0, INT_MAX },
+	[PRISM_ATTR_COST_RSEQIOPS]	= { 0, 10000000 },
+	[PRISM_ATTR_COST_RRANDIOPS]	= { 0, 10000000 },
+	[PRISM_ATTR_COST_WKBPS]		= { 0, INT_MAX },
+	[PRISM_ATTR_COST_WSEQIOPS]	= { 0, 10000000 },
+	[PRISM_ATTR_COST_WRANDIOPS]	= { 0, 10000000 },
 };
 
 /*
@@ -1324,6 +1819,22 @@ static int prism_attr_get(struct prism_data *pd, const struct prism_tunables *t,
 		return div_u64(t->anticipate, NSEC_PER_USEC);
 	case PRISM_ATTR_TARGET_LATENCY_US:
 		return div_u64(t->target, NSEC_PER_USEC);
+	case PRISM_ATTR_QUANTUM_US:
+		return div_u64(t->quantum, NSEC_PER_USEC);
+	case PRISM_ATTR_FLOW_DEPTH:
+		return t->flow_depth;
+	case PRISM_ATTR_COST_RKBPS:
+		return div_u64(t->cost.bps[PRISM_READ], 1024);
+	case PRISM_ATTR_COST_RSEQIOPS:
+		return t->cost.seqiops[PRISM_READ];
+	case PRISM_ATTR_COST_RRANDIOPS:
+		return t->cost.randiops[PRISM_READ];
+	case PRISM_ATTR_COST_WKBPS:
+		return div_u64(t->cost.bps[PRISM_WRITE], 1024);
+	case PRISM_ATTR_COST_WSEQIOPS:
+		return t->cost.seqiops[PRISM_WRITE];
+	case PRISM_ATTR_COST_WRANDIOPS:
+		return t->cost.randiops[PRISM_WRITE];
 	}
 	return 0;
 }
@@ -1404,6 +1915,30 @@ static ssize_t prism_attr_store(struct elevator_queue *e, const char *page,
 		case PRISM_ATTR_TARGET_LATENCY_US:
 			t.target = (u64)val * NSEC_PER_USEC;
 			break;
+		case PRISM_ATTR_QUANTUM_US:
+			t.quantum = (u64)val * NSEC_PER_USEC;
+			break;
+		case PRISM_ATTR_FLOW_DEPTH:
+			t.flow_depth = val;
+			break;
+		case PRISM_ATTR_COST_RKBPS:
+			t.cost.bps[PRISM_READ] = (u64)val * 1024;
+			break;
+		case PRISM_ATTR_COST_RSEQIOPS:
+			t.cost.seqiops[PRISM_READ] = val;
+			break;
+		case PRISM_ATTR_COST_RRANDIOPS:
+			t.cost.randiops[PRISM_READ] = val;
+			break;
+		case PRISM_ATTR_COST_WKBPS:
+			t.cost.bps[PRISM_WRITE] = (u64)val * 1024;
+			break;
+		case PRISM_ATTR_COST_WSEQIOPS:
+			t.cost.seqiops[PRISM_WRITE] = val;
+			break;
+		case PRISM_ATTR_COST_WRANDIOPS:
+			t.cost.randiops[PRISM_WRITE] = val;
+			break;
 		default:
 			break;
 		}
@@ -1415,6 +1950,7 @@ static ssize_t prism_attr_store(struct elevator_queue *e, const char *page,
 	}
 	new->t = t;
 	old = rcu_replace_pointer(pd->tun, new, lockdep_is_held(&pd->lock));
+	prism_model_update(pd);
 	if (id == PRISM_ATTR_FRONT_MERGES)
 		WRITE_ONCE(pd->front_merges, val);
 	if (id == PRISM_ATTR_SORT_MODE)
@@ -1452,6 +1988,14 @@ PRISM_ATTR(low_share, PRISM_ATTR_LOW_SHARE)
 PRISM_ATTR(anticipate_us, PRISM_ATTR_ANTICIPATE_US)
 PRISM_ATTR(target_latency_us, PRISM_ATTR_TARGET_LATENCY_US)
 PRISM_ATTR(sync_write_expire, PRISM_ATTR_SYNC_WRITE_EXPIRE)
+PRISM_ATTR(quantum_us, PRISM_ATTR_QUANTUM_US)
+PRISM_ATTR(flow_depth, PRISM_ATTR_FLOW_DEPTH)
+PRISM_ATTR(cost_rkbps, PRISM_ATTR_COST_RKBPS)
+PRISM_ATTR(cost_rseqiops, PRISM_ATTR_COST_RSEQIOPS)
+PRISM_ATTR(cost_rrandiops, PRISM_ATTR_COST_RRANDIOPS)
+PRISM_ATTR(cost_wkbps, PRISM_ATTR_COST_WKBPS)
+PRISM_ATTR(cost_wseqiops, PRISM_ATTR_COST_WSEQIOPS)
+PRISM_ATTR(cost_wrandiops, PRISM_ATTR_COST_WRANDIOPS)
 
 #define PRISM_ATTR_ENTRY(name) \
 	__ATTR(name, 0644, prism_##name##_show, prism_##name##_store)
@@ -1474,6 +2018,14 @@ static struct elv_fs_entry prism_attrs[] = {
 	PRISM_ATTR_ENTRY(anticipate_us),
 	PRISM_ATTR_ENTRY(target_latency_us),
 	PRISM_ATTR_ENTRY(sync_write_expire),
+	PRISM_ATTR_ENTRY(quantum_us),
+	PRISM_ATTR_ENTRY(flow_depth),
+	PRISM_ATTR_ENTRY(cost_rkbps),
+	PRISM_ATTR_ENTRY(cost_rseqiops),
+	PRISM_ATTR_ENTRY(cost_rrandiops),
+	PRISM_ATTR_ENTRY(cost_wkbps),
+	PRISM_ATTR_ENTRY(cost_wseqiops),
+	PRISM_ATTR_ENTRY(cost_wrandiops),
 	__ATTR_NULL
 };
 
@@ -1530,15 +2082,19 @@ static int prism_batch_show(void *data, struct seq_file *m)
 	fifo_batch = prism_tun(pd)->fifo_batch;
 	spin_unlock(&pd->lock);
 
-	seq_printf(m, "tier=%s dir=%s count=%u fifo_batch=%u starved=%u order=%s head=%llu credit_normal=%u credit_low=%u\n",
-		   b.tier >= 0 ? prism_tier_name[b.tier] : "none",
-		   prism_fifo_name[b.dir], b.count, fifo_batch,
+	/* Credits in percent of a microsecond of device time. */
+	seq_printf(m, "tier=%s flow=%d dir=%s count=%u cost_us=%llu fifo_batch=%u starved=%u order=%s head=%llu credit_normal=%lld credit_low=%lld\n",
+		   b.tier >= 0 ? prism_tier_name[b.tier] : "none", b.flow,
+		   prism_fifo_name[b.dir], b.count,
+		   div_u64(b.cost, NSEC_PER_USEC), fifo_batch,
 		   b.starved, sorted ? "sector" : "fifo",
-		   (unsigned long long)head, b.credit[PRISM_NORMAL],
-		   b.credit[PRISM_LOW]);
+		   (unsigned long long)head,
+		   div_s64(b.credit[PRISM_NORMAL], NSEC_PER_USEC),
+		   div_s64(b.credit[PRISM_LOW], NSEC_PER_USEC));
 	return 0;
 }
 
+/* Each live flow's sequential detector, as "streams" showed per thread. */
 static int prism_streams_show(void *data, struct seq_file *m)
 {
 	struct request_queue *q = data;
@@ -1547,14 +2103,80 @@ static int prism_streams_show(void *data, struct seq_file *m)
 
 	seq_puts(m, "pid score sequential\n");
 	spin_lock(&pd->lock);
-	for (i = 0; i < PRISM_NR_STREAMS; i++) {
-		const struct prism_stream *s = &pd->streams[i];
+	for (i = 0; i < PRISM_NR_FLOWS; i++) {
+		const struct prism_flow *fl = &pd->flows[i];
 
-		if (s->id)
-			seq_printf(m, "%u %u %d\n", s->id, s->score,
-				   s->score >= PRISM_SEQ_THRESHOLD);
+		if (fl->key)
+			seq_printf(m, "%u %u %d\n", fl->id, fl->stream.score,
+				   fl->stream.score >= PRISM_SEQ_THRESHOLD);
 	}
 	spin_unlock(&pd->lock);
+	return 0;
+}
+
+/*
+ * Flows: one line per live flow (and per shared flow that took any
+ * request): the process and its command, tier, weight, how far its
+ * virtual start is ahead of its tier's virtual time (vt_lead, in ns of
+ * service at weight 10: what it has taken beyond its share), the cost
+ * (us) and bytes served, requests dispatched, queued, owned, and tag
+ * allocations its flow limit shallowed. Then the fair queues and the
+ * table's overflows.
+ */
+static int prism_flows_show(void *data, struct seq_file *m)
+{
+	struct request_queue *q = data;
+	struct prism_data *pd = q->elevator->elevator_data;
+	int i;
+
+	seq_puts(m, "slot pid comm tier weight backlogged vt_lead cost_us bytes dispatched queued owned throttled\n");
+	spin_lock(&pd->lock);
+	for (i = 0; i < PRISM_FLOW_SLOTS; i++) {
+		const struct prism_flow *fl = &pd->flows[i];
+		const struct prism_fq *fq = &pd->tier[fl->tier].fq;
+		s64 lead = (s64)(fl->fq.start - fq->vtime);
+
+		if (!fl->key && !fl->inserted)
+			continue;
+		seq_printf(m, "%d %u %s %s %u %d %lld %llu %llu %llu %u %llu %lld\n",
+			   i, fl->id, fl->comm, prism_tier_name[fl->tier],
+			   fl->fq.weight, fl->fq.backlogged,
+			   div_s64(lead * PRISM_WEIGHT_UNIT, PRISM_VT_SCALE),
+			   div_u64(fl->cost, NSEC_PER_USEC), fl->bytes,
+			   fl->dispatched, prism_flow_queued(fl),
+			   prism_flow_owned(fl), atomic64_read(&fl->throttled));
+	}
+	for (i = 0; i < PRISM_NR_TIERS; i++)
+		seq_printf(m, "fq %s vtime=%llu wsum=%u backlogged=%u\n",
+			   prism_tier_name[i], pd->tier[i].fq.vtime,
+			   pd->tier[i].fq.wsum, pd->tier[i].fq.nr);
+	seq_printf(m, "overflows=%llu\n", pd->flow_overflows);
+	spin_unlock(&pd->lock);
+	return 0;
+}
+
+/* The cost model in force: coefficients, and a 4 KiB and 1 MiB read's cost. */
+static int prism_cost_show(void *data, struct seq_file *m)
+{
+	struct request_queue *q = data;
+	struct prism_data *pd = q->elevator->elevator_data;
+	struct prism_cost_params p;
+	struct prism_cost_model mod;
+
+	spin_lock(&pd->lock);
+	p = pd->cost_params;
+	mod = pd->model;
+	spin_unlock(&pd->lock);
+	seq_printf(m, "model=%s rbps=%llu rseqiops=%u rrandiops=%u wbps=%llu wseqiops=%u wrandiops=%u\n",
+		   pd->rotational ? "rotational" : "flash",
+		   p.bps[PRISM_READ], p.seqiops[PRISM_READ],
+		   p.randiops[PRISM_READ], p.bps[PRISM_WRITE],
+		   p.seqiops[PRISM_WRITE], p.randiops[PRISM_WRITE]);
+	seq_printf(m, "cost_ns read_4k_rand=%llu read_4k_seq=%llu read_1m_seq=%llu write_4k_rand=%llu\n",
+		   prism_cost(&mod, PRISM_READ, 4096, false),
+		   prism_cost(&mod, PRISM_READ, 4096, true),
+		   prism_cost(&mod, PRISM_READ, 1 << 20, true),
+		   prism_cost(&mod, PRISM_WRITE, 4096, false));
 	return 0;
 }
 
@@ -1607,6 +2229,8 @@ static const struct blk_mq_debugfs_attr prism_queue_debugfs_attrs[] = {
 	{"tiers", 0400, prism_tiers_show},
 	{"batch", 0400, prism_batch_show},
 	{"streams", 0400, prism_streams_show},
+	{"flows", 0400, prism_flows_show},
+	{"cost", 0400, prism_cost_show},
 	{},
 };
 #endif

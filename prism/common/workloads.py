@@ -61,6 +61,12 @@ WORKLOADS = {w.name: w for w in [
              "writes (background_writes)", high_job="app2", low_job="background_writes",
              baseline="cpq_app2_alone"),
     Workload("cpq_app2_alone", "001", "app2 alone: the baseline for cpq_app2"),
+    Workload("flows_greedy", "001",
+             "one greedy process (4 KiB random reads, iodepth 64) against four light "
+             "ones (light1-4, iodepth 1), one priority: fairness by process",
+             high_job="light1", low_job="greedy", baseline="flows_greedy_alone"),
+    Workload("flows_greedy_alone", "001",
+             "flows_greedy's four light processes alone: its baseline"),
     Workload("share8", "002",
              "eight sequential 128 KiB readers at BE 0..7; ideal share (8 - level) / 36",
              share=True),

@@ -206,6 +206,24 @@ def prism_flight(dev: str) -> dict:
     return out
 
 
+def prism_flows(dev: str) -> list[dict]:
+    """prism's flows from debugfs: one record per flow line (the fair
+    queues' and overflow lines are left out)."""
+    mount_debugfs()
+    lines = (DEBUGFS / "block" / dev / "sched" / "flows").read_text().split("\n")
+    header = lines[0].split()
+    out = []
+    for line in lines[1:]:
+        f = line.split()
+        if len(f) == len(header) and f[0].isdigit():
+            rec: dict = dict(zip(header, f, strict=True))
+            for k in header:
+                if k not in ("comm", "tier"):
+                    rec[k] = int(rec[k])
+            out.append(rec)
+    return out
+
+
 def prism_batch(dev: str) -> dict[str, str]:
     mount_debugfs()
     text = (DEBUGFS / "block" / dev / "sched" / "batch").read_text()

@@ -494,3 +494,24 @@ TEST(flow_tunables_validated)
 	t.flow_depth = 101;
 	CHECK(!prism_tunables_valid(&t));
 }
+
+/*
+ * Idle time held for a tier's next link counts as that tier's: the
+ * waiting tiers below earn their share of it, so a bulk tier beside a
+ * chain of small dependent requests still earns dispatches.
+ */
+TEST(idle_hold_time_earns_lower_shares)
+{
+	struct prism_tunables t = flow_defaults();
+	struct prism_batch b;
+	u32 queued = (1U << PRISM_NORMAL) | (1U << PRISM_LOW);
+
+	prism_batch_reset(&b);
+	prism_account_idle(&b, &t, queued, PRISM_NORMAL, 5000000);
+	CHECK_EQ(b.credit[PRISM_LOW], 10LL * 5000000);
+	CHECK_EQ(b.credit[PRISM_NORMAL], 0);	/* not below itself */
+	/* Held for HIGH: NORMAL, queued, earns; LOW, not queued, does not. */
+	prism_account_idle(&b, &t, 1U << PRISM_NORMAL, PRISM_HIGH, 5000000);
+	CHECK_EQ(b.credit[PRISM_LOW], 10LL * 5000000);
+	CHECK_EQ(b.credit[PRISM_NORMAL], 25LL * 5000000);
+}
