@@ -414,15 +414,19 @@ void prism_choose_in_flow(const struct prism_tier_view *fv,
 }
 
 /*
- * After a dispatch in sector order: a request from a random stream ends
+ * After a dispatch: in sector order a request from a random stream ends
  * the batch, since the next request in sort order is a seek anyway and
- * the FIFO deadlines should be looked at again; a sequential stream keeps
- * its batch so that a disk can stream it.
+ * the fair queue and deadlines should be looked at again, while a
+ * sequential stream keeps its batch so that a disk can stream it. In
+ * arrival order (flash) a batch buys no locality: while @others (other
+ * flows of the tier are backlogged) it ends after each request, so flows
+ * share the device request by request rather than fifo_batch at a time.
  */
 void prism_note_dispatch(struct prism_batch *b, const struct prism_tunables *t,
-			 bool sorted, bool sequential)
+			 bool sorted, bool sequential, bool others)
 {
-	if (sorted && !sequential && b->count < t->fifo_batch)
+	if (((sorted && !sequential) || (!sorted && others)) &&
+	    b->count < t->fifo_batch)
 		b->count = t->fifo_batch;
 }
 

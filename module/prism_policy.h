@@ -258,7 +258,7 @@ bool prism_choose(const struct prism_tier_view view[PRISM_NR_TIERS],
 		  struct prism_choice *c, enum prism_hold *hold);
 
 void prism_note_dispatch(struct prism_batch *b, const struct prism_tunables *t,
-			 bool sorted, bool sequential);
+			 bool sorted, bool sequential, bool others);
 
 u32 prism_stream_slot(u32 id);
 

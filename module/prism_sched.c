@@ -1234,7 +1234,8 @@ static struct request *prism_dispatch_request(struct blk_mq_hw_ctx *hctx)
 	if (c.expired && !c.aged && !c.shared)
 		pd->tier[c.tier].expired++;
 	prism_note_dispatch(&pd->batch, tun, pd->sorted,
-			    prism_rq_state(rq) & PRISM_RQ_SEQ);
+			    prism_rq_state(rq) & PRISM_RQ_SEQ,
+			    pd->tier[c.tier].fq.nr > 1);
 
 	if (pd->idle_since) {
 		/* A window hold ended: the idle time was the held-for tier's. */

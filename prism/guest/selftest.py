@@ -636,7 +636,13 @@ def check_share(ctx) -> dict:
         cost = {t: sum(f["cost_us"] for f in g.prism_flows(dev) if f["tier"] == t)
                 for t in ("high", "low")}
         total = cost["high"] + cost["low"]
-        out[share] = {"low_part": cost["low"] / total if total else 0.0,
+        low_part = cost["low"] / total if total else 0.0
+        out[share] = {"low_part": low_part,
+                      # The part its share dispatches took (LOW's requests
+                      # are alike), without those made while HIGH's queue
+                      # was empty at fio's start and end.
+                      "low_shared_part": low_part * tiers["low"]["shared"]
+                      / max(lo, 1),
                       "low_dispatch_part": lo / (hi + lo) if hi + lo else 0.0,
                       "cost_us": cost,
                       "low_shared": tiers["low"]["shared"], "low_dispatched": lo,
@@ -649,7 +655,7 @@ def check_share(ctx) -> dict:
     # served only by its share: its part is the share within a few requests
     # dispatched while HIGH's queue was briefly empty (fio's start and end),
     # each of which weighs 13 of HIGH's in cost.
-    ok = (all(abs(out[s]["low_part"] - s / 100) < 0.03 and out[s]["low_ios"] > 0
+    ok = (all(abs(out[s]["low_shared_part"] - s / 100) < 0.03 and out[s]["low_ios"] > 0
               and out[s]["low_shared"] >= 0.8 * out[s]["low_dispatched"] for s in (10, 30))
           and out[0]["low_shared"] == 0 and out[0]["low_part"] < 0.01
           and all(o["balanced"] for o in out.values()))

@@ -309,11 +309,14 @@ TEST(random_stream_ends_a_sorted_batch)
 	prism_batch_reset(&b);
 	b.tier = PRISM_NORMAL;
 	b.count = 1;
-	prism_note_dispatch(&b, &t, true, true);	/* sequential keeps */
+	prism_note_dispatch(&b, &t, true, true, true);	/* sequential keeps */
 	CHECK_EQ(b.count, 1);
-	prism_note_dispatch(&b, &t, false, false);	/* FIFO order keeps */
+	prism_note_dispatch(&b, &t, false, false, false);	/* FIFO, alone: keeps */
 	CHECK_EQ(b.count, 1);
-	prism_note_dispatch(&b, &t, true, false);	/* random on disk ends */
+	prism_note_dispatch(&b, &t, true, false, false);	/* random on disk ends */
+	CHECK_EQ(b.count, t.fifo_batch);
+	b.count = 1;
+	prism_note_dispatch(&b, &t, false, true, true);	/* FIFO, others: ends */
 	CHECK_EQ(b.count, t.fifo_batch);
 }
 
