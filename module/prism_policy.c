@@ -430,28 +430,15 @@ void prism_note_dispatch(struct prism_batch *b, const struct prism_tunables *t,
 		b->count = t->fifo_batch;
 }
 
-u32 prism_stream_slot(u32 id)
-{
-	/* Fibonacci hashing, as the kernel's hash_32(). */
-	return (u32)(id * 0x61C88647U) >> (32 - PRISM_STREAM_BITS);
-}
-
 /*
- * Feed one request of stream @id into its slot @s; returns whether the
- * stream now counts as sequential. A slot taken by another stream is
- * reset: the table is a small direct-mapped cache, not a registry.
+ * Feed one request of @sectors at @pos into a flow's detector @s (zeroed
+ * when the flow is made); returns whether the flow now counts as
+ * sequential.
  */
-bool prism_stream_update(struct prism_stream *s, u32 id, u64 pos, u32 sectors,
+bool prism_stream_update(struct prism_stream *s, u64 pos, u32 sectors,
 			 u32 seq_gap)
 {
 	u64 gap;
-
-	if (s->id != id) {
-		s->id = id;
-		s->score = 0;
-		s->last_end = pos + sectors;
-		return false;
-	}
 
 	gap = pos >= s->last_end ? pos - s->last_end : s->last_end - pos;
 	if (gap <= seq_gap) {
@@ -782,40 +769,62 @@ void prism_cost_digest(struct prism_cost_model *m,
 /*
  * One completed request of @bytes that spent @device_ns in the device
  * with @inflight requests of prism's there when it was dispatched
- * (itself included): its own share of the device is device_ns / inflight,
- * the other requests having overlapped with it. Exact for a device that
- * serves one request at a time (the queue's time is the service times'
- * sum); for a device that serves several at once the corrected times are
- * too low by its parallelism, which scales every cost alike and so
- * leaves the shares as they are.
+ * (itself included), as a point of the fit: @x its size in KiB, @y its
+ * own share of the device, device_ns / inflight in us, the other requests
+ * having overlapped with it. Exact for a device that serves one request
+ * at a time (the queue's time is the service times' sum); for a device
+ * that serves several at once the corrected times are too low by its
+ * parallelism, which scales every cost alike and so leaves the shares as
+ * they are.
  */
-void prism_learn_sample(struct prism_cost_learner *l, int dir, bool seq,
-			u32 bytes, u64 device_ns, u32 inflight)
+void prism_learn_point(u32 bytes, u64 device_ns, u32 inflight,
+		       u64 *x, u64 *y)
+{
+	*x = ((u64)bytes + 1023) / 1024;
+	*y = div_u64_u64(device_ns, inflight ? inflight : 1) / 1000;
+	if (!*x)
+		*x = 1;
+	if (*x > 4096)
+		*x = 4096;
+	if (*y > 1000000)
+		*y = 1000000;
+}
+
+/*
+ * Add the sums @b of some points of one kind. The window halves first as
+ * often as it must to stay within PRISM_LEARN_DECAY points, so old points
+ * fade: the device may change (caches, wear, another tenant).
+ */
+void prism_learn_add(struct prism_cost_learner *l, int dir, bool seq,
+		     const struct prism_learn_sums *b)
 {
 	struct prism_learn_sums *s = &l->s[dir][seq ? 1 : 0];
-	u64 x = (bytes + 1023) / 1024;
-	u64 y = div_u64_u64(device_ns, inflight ? inflight : 1) / 1000;
 
-	if (!x)
-		x = 1;
-	if (x > 4096)
-		x = 4096;
-	if (y > 1000000)
-		y = 1000000;
-	if (s->n >= PRISM_LEARN_DECAY) {
-		/* Halve the window: the device may change (caches, wear). */
+	while (s->n && s->n + b->n > PRISM_LEARN_DECAY) {
 		s->n /= 2;
 		s->x /= 2;
 		s->y /= 2;
 		s->xx /= 2;
 		s->xy /= 2;
 	}
-	s->n++;
-	s->x += x;
-	s->y += y;
-	s->xx += x * x;
-	s->xy += x * y;
-	l->samples++;
+	s->n += b->n;
+	s->x += b->x;
+	s->y += b->y;
+	s->xx += b->xx;
+	s->xy += b->xy;
+	l->samples += b->n;
+}
+
+/* One completed request (see prism_learn_point()). */
+void prism_learn_sample(struct prism_cost_learner *l, int dir, bool seq,
+			u32 bytes, u64 device_ns, u32 inflight)
+{
+	struct prism_learn_sums b = { .n = 1 };
+
+	prism_learn_point(bytes, device_ns, inflight, &b.x, &b.y);
+	b.xx = b.x * b.x;
+	b.xy = b.x * b.y;
+	prism_learn_add(l, dir, seq, &b);
 }
 
 /*

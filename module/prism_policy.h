@@ -204,14 +204,11 @@ enum prism_hold {
 	PRISM_HOLD_DEPTH = 2,	/* the device or the lower limit is full */
 };
 
-/* Per-stream sequential detector; a stream is one submitting process. */
-#define PRISM_STREAM_BITS	6
-#define PRISM_NR_STREAMS	(1U << PRISM_STREAM_BITS)
+/* A flow's sequential detector. */
 #define PRISM_SEQ_SCORE_MAX	8
 #define PRISM_SEQ_THRESHOLD	4
 
 struct prism_stream {
-	u32 id;			/* 0: slot unused */
 	u64 last_end;		/* sector just past the stream's last request */
 	u32 score;		/* 0..PRISM_SEQ_SCORE_MAX; sequential from threshold */
 };
@@ -260,9 +257,7 @@ bool prism_choose(const struct prism_tier_view view[PRISM_NR_TIERS],
 void prism_note_dispatch(struct prism_batch *b, const struct prism_tunables *t,
 			 bool sorted, bool sequential, bool others);
 
-u32 prism_stream_slot(u32 id);
-
-bool prism_stream_update(struct prism_stream *s, u32 id, u64 pos, u32 sectors,
+bool prism_stream_update(struct prism_stream *s, u64 pos, u32 sectors,
 			 u32 seq_gap);
 
 u32 prism_tier_depth(enum prism_tier tier, u32 nr_requests,
@@ -526,6 +521,17 @@ struct prism_cost_learner {
 	u64 samples;
 };
 
+/*
+ * The mechanism times one dispatch in PRISM_LEARN_EVERY, gathers their
+ * points (prism_learn_point()) into sums without a lock where they
+ * complete, and folds the sums in (prism_learn_add()) under its lock.
+ */
+#define PRISM_LEARN_EVERY	4
+
+void prism_learn_point(u32 bytes, u64 device_ns, u32 inflight,
+		       u64 *x, u64 *y);
+void prism_learn_add(struct prism_cost_learner *l, int dir, bool seq,
+		     const struct prism_learn_sums *b);
 void prism_learn_sample(struct prism_cost_learner *l, int dir, bool seq,
 			u32 bytes, u64 device_ns, u32 inflight);
 bool prism_learn_params(const struct prism_cost_learner *l,

@@ -103,10 +103,31 @@
 #define PRISM_RQ_IDLE_DEV	BIT(10)	/* LOW, dispatched to an idle device */
 #define PRISM_RQ_TIMED		BIT(11)	/* HIGH or NORMAL, dispatch time stamped */
 #define PRISM_RQ_SYNC_FIFO	BIT(12)	/* a write queued on the sync-write FIFO */
+#define PRISM_RQ_LEARN		BIT(13)	/* timed for the cost learner */
+#define PRISM_RQ_LEARN_SEQ	BIT(14)	/* ... and continued the device's last */
 #define PRISM_RQ_TIER_SHIFT	8
 #define PRISM_RQ_TIER_MASK	(3UL << PRISM_RQ_TIER_SHIFT)
 #define PRISM_RQ_FLOW_SHIFT	16	/* its flow's slot, 8 bits */
 #define PRISM_RQ_FLOW_MASK	(0xffUL << PRISM_RQ_FLOW_SHIFT)
+/*
+ * A request timed for the learner keeps its size and the requests in
+ * flight with it in the state's upper half: the size, because a driver's
+ * completion may have zeroed it by finish_request(). Only where a long
+ * has that half; elsewhere cost_model=auto learns nothing.
+ */
+#if BITS_PER_LONG == 64
+#define PRISM_CAN_LEARN		1
+#define PRISM_RQ_KIB_SHIFT	32	/* size in KiB, at most 4096: 13 bits */
+#define PRISM_RQ_KIB_MAX	4096UL
+#define PRISM_RQ_NR_SHIFT	45	/* in flight, at most 255: 8 bits */
+#define PRISM_RQ_NR_MAX		255UL
+#define PRISM_RQ_LEARN_MASK	(PRISM_RQ_LEARN | PRISM_RQ_LEARN_SEQ | \
+				 (0x1fffUL << PRISM_RQ_KIB_SHIFT) | \
+				 (0xffUL << PRISM_RQ_NR_SHIFT))
+#else
+#define PRISM_CAN_LEARN		0
+#define PRISM_RQ_LEARN_MASK	(PRISM_RQ_LEARN | PRISM_RQ_LEARN_SEQ)
+#endif
 
 static const char *const prism_tier_name[PRISM_NR_TIERS] = {
 	"high", "normal", "low",
@@ -223,6 +244,25 @@ struct prism_tun_rcu {
 	struct rcu_head rcu;
 };
 
+/*
+ * Sums of the learner's points of one kind (see prism_learn_point()),
+ * added where requests complete, without a lock, and taken whole under
+ * it. The count shares a word with the sizes' sum so that the two agree;
+ * a point may reach the other sums one fold late, which the fit's
+ * window does not notice.
+ */
+#define PRISM_LEARN_N_SHIFT	40
+
+struct prism_learn_acc {
+	atomic64_t nx;		/* count << PRISM_LEARN_N_SHIFT | sum of x */
+	atomic64_t y;
+	atomic64_t xx;
+	atomic64_t xy;
+};
+
+/* How often completed points are folded in and the model refit. */
+#define PRISM_LEARN_FOLD	(HZ / 10)
+
 struct prism_data {
 	spinlock_t lock;
 	/*
@@ -239,6 +279,18 @@ struct prism_data {
 	bool rotational;		/* what the cost model was made for */
 	struct prism_cost_params cost_params;	/* in force */
 	struct prism_cost_model model;		/* the same, digested */
+	/*
+	 * The cost learner (cost_model=auto): one dispatch in
+	 * PRISM_LEARN_EVERY is timed, its point summed into learn_acc where
+	 * it completes and folded into learner under the lock at most every
+	 * PRISM_LEARN_FOLD; learned holds the coefficients fitted so far.
+	 */
+	struct prism_learn_acc learn_acc[PRISM_NR_DIRS][2];
+	struct prism_cost_learner learner;
+	struct prism_cost_params learned;
+	bool learned_any;
+	u32 learn_tick;
+	unsigned long learn_folded;
 	u64 flow_overflows;		/* requests that found no flow slot */
 	struct prism_flow *flows;	/* PRISM_FLOW_SLOTS */
 	/* (thread, tier) of recent inserts, for limit_depth(); see policy. */
@@ -612,11 +664,98 @@ static void prism_sort_add(struct prism_flow *fl, struct request *rq)
  */
 static void prism_model_update(struct prism_data *pd)
 {
-	struct prism_cost_params none = { };
+	const struct prism_tunables *tun = prism_tun(pd);
 
-	prism_cost_effective(&pd->cost_params, &prism_tun(pd)->cost, &none,
-			     false, pd->rotational);
+	prism_cost_effective(&pd->cost_params, &tun->cost, &pd->learned,
+			     tun->cost_auto && pd->learned_any, pd->rotational);
 	prism_cost_digest(&pd->model, &pd->cost_params);
+}
+
+/*
+ * Time one dispatch in PRISM_LEARN_EVERY for the learner: keep its size,
+ * the requests prism has in the device with it (itself included), and
+ * whether it continues where the device's last request ended. That is the
+ * device's own order, not the flow's: the learner describes the device.
+ */
+static unsigned long prism_learn_stamp(struct prism_data *pd,
+				       struct request *rq, unsigned long st)
+{
+#if PRISM_CAN_LEARN
+	const struct prism_tunables *tun = prism_tun(pd);
+	unsigned long kib, nr = 0;
+	int t;
+
+	if (!tun->cost_auto || ++pd->learn_tick % PRISM_LEARN_EVERY)
+		return st;
+	for (t = 0; t < PRISM_NR_TIERS; t++)
+		nr += prism_inflight(&pd->tier[t]);
+	kib = min_t(unsigned long, DIV_ROUND_UP(blk_rq_bytes(rq), 1024),
+		    PRISM_RQ_KIB_MAX);
+	st |= PRISM_RQ_LEARN | kib << PRISM_RQ_KIB_SHIFT |
+	      min_t(unsigned long, nr, PRISM_RQ_NR_MAX) << PRISM_RQ_NR_SHIFT;
+	if (prism_cost_seq(pd->head_pos, blk_rq_pos(rq), tun->seq_gap))
+		st |= PRISM_RQ_LEARN_SEQ;
+#endif
+	return st;
+}
+
+/* A timed request completed at @done: sum its point. Lockless. */
+static void prism_learn_complete(struct prism_data *pd, struct request *rq,
+				 unsigned long st, u64 done)
+{
+#if PRISM_CAN_LEARN
+	u32 bytes = ((st >> PRISM_RQ_KIB_SHIFT) & 0x1fff) * 1024;
+	u32 nr = (st >> PRISM_RQ_NR_SHIFT) & PRISM_RQ_NR_MAX;
+	u64 ns = (unsigned long)done - (unsigned long)rq->elv.priv[1];
+	struct prism_learn_acc *a;
+	u64 x, y;
+
+	prism_learn_point(bytes, ns, nr, &x, &y);
+	a = &pd->learn_acc[op_is_write(req_op(rq)) ? PRISM_WRITE : PRISM_READ]
+			  [st & PRISM_RQ_LEARN_SEQ ? 1 : 0];
+	atomic64_add(y, &a->y);
+	atomic64_add(x * x, &a->xx);
+	atomic64_add(x * y, &a->xy);
+	atomic64_add((1ULL << PRISM_LEARN_N_SHIFT) | x, &a->nx);
+#endif
+}
+
+/*
+ * Fold the points that completed since the last time into the learner,
+ * refit, and put the fit in force if cost_model=auto.
+ */
+static void prism_learn_fold(struct prism_data *pd)
+{
+	struct prism_cost_params prior;
+	bool any = false;
+	int d, k;
+
+	lockdep_assert_held(&pd->lock);
+
+	pd->learn_folded = jiffies;
+	for (d = 0; d < PRISM_NR_DIRS; d++) {
+		for (k = 0; k < 2; k++) {
+			struct prism_learn_acc *a = &pd->learn_acc[d][k];
+			struct prism_learn_sums b;
+			u64 nx = atomic64_xchg(&a->nx, 0);
+
+			if (!nx)
+				continue;
+			b.n = nx >> PRISM_LEARN_N_SHIFT;
+			b.x = nx & ((1ULL << PRISM_LEARN_N_SHIFT) - 1);
+			b.y = atomic64_xchg(&a->y, 0);
+			b.xx = atomic64_xchg(&a->xx, 0);
+			b.xy = atomic64_xchg(&a->xy, 0);
+			prism_learn_add(&pd->learner, d, k, &b);
+			any = true;
+		}
+	}
+	if (!any)
+		return;
+	prism_cost_defaults(&prior, pd->rotational);
+	pd->learned_any = prism_learn_params(&pd->learner, &prior,
+					     &pd->learned);
+	prism_model_update(pd);
 }
 
 /*
@@ -697,7 +836,7 @@ static unsigned long prism_first_insert(struct prism_data *pd,
 		fl = &pd->flows[PRISM_NR_FLOWS + tier];
 	}
 	st |= (unsigned long)prism_flow_slot(pd, fl) << PRISM_RQ_FLOW_SHIFT;
-	if (prism_stream_update(&fl->stream, 1, blk_rq_pos(rq),
+	if (prism_stream_update(&fl->stream, blk_rq_pos(rq),
 				blk_rq_sectors(rq), t->seq_gap))
 		st |= PRISM_RQ_SEQ;
 	if (fl->rt != (IOPRIO_PRIO_CLASS(ioprio) == IOPRIO_CLASS_RT))
@@ -1198,6 +1337,9 @@ static struct request *prism_dispatch_request(struct blk_mq_hw_ctx *hctx)
 			now = ktime_get_ns();
 		prism_depth_idle(&pd->depth, now, flight.depth);
 	}
+	if (tun->cost_auto &&
+	    time_after_eq(jiffies, pd->learn_folded + PRISM_LEARN_FOLD))
+		prism_learn_fold(pd);
 	flight.lower_limit = pd->depth.limit;
 	if (!prism_choose(view, &pd->batch, tun, &flight, jiffies, &c, &hold)) {
 		if (hold != PRISM_HOLD_NONE)
@@ -1276,7 +1418,8 @@ found:
 
 		WRITE_ONCE(tq->started, tq->started + 1);
 		st |= PRISM_RQ_DISPATCHED;
-		st &= ~(PRISM_RQ_SOLO | PRISM_RQ_IDLE_DEV | PRISM_RQ_TIMED);
+		st &= ~(PRISM_RQ_SOLO | PRISM_RQ_IDLE_DEV | PRISM_RQ_TIMED |
+			PRISM_RQ_LEARN_MASK);
 		if (tier != PRISM_LOW && prism_want_time(pd, tq, tier)) {
 			/* Device time feeds the depth controller. */
 			st |= PRISM_RQ_TIMED;
@@ -1289,7 +1432,8 @@ found:
 			/* Alone in the device: its time is its service. */
 			st |= PRISM_RQ_IDLE_DEV;
 		}
-		if (st & (PRISM_RQ_TIMED | PRISM_RQ_IDLE_DEV)) {
+		st = prism_learn_stamp(pd, rq, st);
+		if (st & (PRISM_RQ_TIMED | PRISM_RQ_IDLE_DEV | PRISM_RQ_LEARN)) {
 			if (!now)
 				now = ktime_get_ns();
 			rq->elv.priv[1] = (void *)(unsigned long)now;
@@ -1434,6 +1578,7 @@ static void prism_finish_request(struct request *rq)
 	unsigned long st = prism_rq_state(rq);
 	struct prism_tier_queue *tq;
 	unsigned long now = jiffies;
+	u64 done = 0;
 
 	if (!(st & PRISM_RQ_SEEN) || (st & PRISM_RQ_FOREIGN))
 		return;
@@ -1452,15 +1597,17 @@ static void prism_finish_request(struct request *rq)
 	/* One store per jiffy at most: this line is shared by completions. */
 	if (READ_ONCE(tq->last_done) != now)
 		WRITE_ONCE(tq->last_done, now);
+	if (st & (PRISM_RQ_TIMED | PRISM_RQ_IDLE_DEV | PRISM_RQ_LEARN))
+		done = ktime_get_ns();
 	if (st & PRISM_RQ_TIMED) {
-		u64 done = ktime_get_ns();
-
 		WRITE_ONCE(tq->done_ns, done);
 		prism_lat_add(rq, done, (st & PRISM_RQ_SOLO) ? &pd->lat.solo :
 							       &pd->lat.all);
 	} else if (st & PRISM_RQ_IDLE_DEV) {
-		prism_lat_add(rq, ktime_get_ns(), &pd->lat.bulk);
+		prism_lat_add(rq, done, &pd->lat.bulk);
 	}
+	if (st & PRISM_RQ_LEARN)
+		prism_learn_complete(pd, rq, st, done);
 	/* Finished twice (6.1 flush paths) must not count twice. */
 	prism_rq_set_state(rq, 0);
 }
@@ -1574,7 +1721,7 @@ static bool prism_bio_merge(struct request_queue *q, struct bio *bio,
 		struct prism_flow *fl = prism_bio_flow(pd, bio);
 
 		if (fl)
-			prism_stream_update(&fl->stream, 1,
+			prism_stream_update(&fl->stream,
 					    bio->bi_iter.bi_sector,
 					    bio_sectors(bio),
 					    prism_tun(pd)->seq_gap);
@@ -1718,6 +1865,7 @@ enum prism_attr_id {
 	PRISM_ATTR_COST_WKBPS,
 	PRISM_ATTR_COST_WSEQIOPS,
 	PRISM_ATTR_COST_WRANDIOPS,
+	PRISM_ATTR_COST_MODEL,
 };
 
 /* An hour: longer deadlines mean none; shown values stay within int. */
@@ -1727,6 +1875,9 @@ struct prism_attr_range {
 	int min;
 	int max;
 };
+
+/* cost_model: the coefficients as set (or the media's), or learned. */
+static const char *const prism_cost_model_name[] = { "fixed", "auto" };
 
 static const struct prism_attr_range prism_attr_ranges[] = {
 	[PRISM_ATTR_READ_EXPIRE]	= { 0, PRISM_MAX_MSECS },
@@ -1756,6 +1907,7 @@ static const struct prism_attr_range prism_attr_ranges[] = {
 	[PRISM_ATTR_COST_WKBPS]		= { 0, INT_MAX },
 	[PRISM_ATTR_COST_WSEQIOPS]	= { 0, 10000000 },
 	[PRISM_ATTR_COST_WRANDIOPS]	= { 0, 10000000 },
+	[PRISM_ATTR_COST_MODEL]		= { 0, 1 },
 };
 
 /*
@@ -1836,6 +1988,8 @@ static int prism_attr_get(struct prism_data *pd, const struct prism_tunables *t,
 		return t->cost.seqiops[PRISM_WRITE];
 	case PRISM_ATTR_COST_WRANDIOPS:
 		return t->cost.randiops[PRISM_WRITE];
+	case PRISM_ATTR_COST_MODEL:
+		return t->cost_auto;
 	}
 	return 0;
 }
@@ -1849,6 +2003,8 @@ static ssize_t prism_attr_show(struct elevator_queue *e, char *page,
 	spin_lock(&pd->lock);
 	val = prism_attr_get(pd, prism_tun(pd), id);
 	spin_unlock(&pd->lock);
+	if (id == PRISM_ATTR_COST_MODEL)
+		return sysfs_emit(page, "%s\n", prism_cost_model_name[val]);
 	return sysfs_emit(page, "%d\n", val);
 }
 
@@ -1866,9 +2022,14 @@ static ssize_t prism_attr_store(struct elevator_queue *e, const char *page,
 	unsigned long *jp;
 	int val, ret;
 
-	ret = kstrtoint(page, 0, &val);
-	if (ret)
+	if (id == PRISM_ATTR_COST_MODEL)
+		ret = sysfs_match_string(prism_cost_model_name, page);
+	else
+		ret = kstrtoint(page, 0, &val);
+	if (ret < 0)
 		return -EINVAL;
+	if (id == PRISM_ATTR_COST_MODEL)
+		val = ret;
 	if (val < r->min || val > r->max)
 		return -EINVAL;
 	new = kzalloc(sizeof(*new), GFP_KERNEL);
@@ -1940,6 +2101,9 @@ static ssize_t prism_attr_store(struct elevator_queue *e, const char *page,
 		case PRISM_ATTR_COST_WRANDIOPS:
 			t.cost.randiops[PRISM_WRITE] = val;
 			break;
+		case PRISM_ATTR_COST_MODEL:
+			t.cost_auto = val;
+			break;
 		default:
 			break;
 		}
@@ -1997,6 +2161,7 @@ PRISM_ATTR(cost_rrandiops, PRISM_ATTR_COST_RRANDIOPS)
 PRISM_ATTR(cost_wkbps, PRISM_ATTR_COST_WKBPS)
 PRISM_ATTR(cost_wseqiops, PRISM_ATTR_COST_WSEQIOPS)
 PRISM_ATTR(cost_wrandiops, PRISM_ATTR_COST_WRANDIOPS)
+PRISM_ATTR(cost_model, PRISM_ATTR_COST_MODEL)
 
 #define PRISM_ATTR_ENTRY(name) \
 	__ATTR(name, 0644, prism_##name##_show, prism_##name##_store)
@@ -2027,6 +2192,7 @@ static struct elv_fs_entry prism_attrs[] = {
 	PRISM_ATTR_ENTRY(cost_wkbps),
 	PRISM_ATTR_ENTRY(cost_wseqiops),
 	PRISM_ATTR_ENTRY(cost_wrandiops),
+	PRISM_ATTR_ENTRY(cost_model),
 	__ATTR_NULL
 };
 
@@ -2156,17 +2322,27 @@ static int prism_flows_show(void *data, struct seq_file *m)
 	return 0;
 }
 
-/* The cost model in force: coefficients, and a 4 KiB and 1 MiB read's cost. */
+/*
+ * The cost model in force: coefficients, and a 4 KiB and 1 MiB read's
+ * cost; then the learner: whether its fit is in force (cost_model=auto),
+ * the points of each kind in its window, and the coefficients fitted.
+ */
 static int prism_cost_show(void *data, struct seq_file *m)
 {
 	struct request_queue *q = data;
 	struct prism_data *pd = q->elevator->elevator_data;
-	struct prism_cost_params p;
+	struct prism_cost_params p, l;
+	struct prism_cost_learner lr;
 	struct prism_cost_model mod;
+	bool learning, any;
 
 	spin_lock(&pd->lock);
 	p = pd->cost_params;
 	mod = pd->model;
+	l = pd->learned;
+	lr = pd->learner;
+	any = pd->learned_any;
+	learning = prism_tun(pd)->cost_auto;
 	spin_unlock(&pd->lock);
 	seq_printf(m, "model=%s rbps=%llu rseqiops=%u rrandiops=%u wbps=%llu wseqiops=%u wrandiops=%u\n",
 		   pd->rotational ? "rotational" : "flash",
@@ -2178,6 +2354,16 @@ static int prism_cost_show(void *data, struct seq_file *m)
 		   prism_cost(&mod, PRISM_READ, 4096, true),
 		   prism_cost(&mod, PRISM_READ, 1 << 20, true),
 		   prism_cost(&mod, PRISM_WRITE, 4096, false));
+	seq_printf(m, "learning=%s samples=%llu window_rrand=%llu window_rseq=%llu window_wrand=%llu window_wseq=%llu\n",
+		   !PRISM_CAN_LEARN ? "unavailable" :
+		   learning ? (any ? "in_force" : "started") : "off",
+		   lr.samples, lr.s[PRISM_READ][0].n, lr.s[PRISM_READ][1].n,
+		   lr.s[PRISM_WRITE][0].n, lr.s[PRISM_WRITE][1].n);
+	if (any)
+		seq_printf(m, "learned rbps=%llu rseqiops=%u rrandiops=%u wbps=%llu wseqiops=%u wrandiops=%u\n",
+			   l.bps[PRISM_READ], l.seqiops[PRISM_READ],
+			   l.randiops[PRISM_READ], l.bps[PRISM_WRITE],
+			   l.seqiops[PRISM_WRITE], l.randiops[PRISM_WRITE]);
 	return 0;
 }
 

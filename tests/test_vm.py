@@ -72,6 +72,36 @@ def test_vm_hdd_random_reads_follow_the_model(boot):
     assert 0.6 * expected < iops < 1.1 * expected, (iops, expected)
 
 
+def hdd_streaming_rate(mib: int = 64, req_kib: int = 1024) -> float:
+    """Bytes per second the HDD model streams from its start, requests
+    following each other back to back: the outer zone's media rate less
+    head switches and command overhead."""
+    m = diskmodel.HddModel()
+    nsect = req_kib * 1024 // diskmodel.SECTOR
+    t = first = 0.0
+    for i in range(mib * 1024 // req_kib):
+        start, t = m.service(i * nsect, nsect, t)
+        if i == 0:
+            first = start
+    return mib * 2**20 / (t - first)
+
+
+@pytest.mark.vm
+def test_vm_hdd_learned_cost_follows_the_model(boot):
+    """cost_model=auto on the emulated HDD (check cost_learn_hdd) learns
+    within 20% of the disk model's arithmetic: the random 4 KiB read rate
+    of depth-1 reads over the whole disk, and the streaming rate."""
+    _, results = boot
+    r = results.get("cost_learn_hdd", {})
+    learned = r.get("learned")
+    assert learned, f"the cost_learn_hdd check learned nothing: {r}"
+    rand = diskmodel.HddModel().expected_random_iops(8)
+    stream = hdd_streaming_rate()
+    got_rand, got_stream = int(learned["rrandiops"]), int(learned["rbps"])
+    assert 0.8 * rand < got_rand < 1.2 * rand, (got_rand, rand)
+    assert 0.8 * stream < got_stream < 1.2 * stream, (got_stream, stream)
+
+
 @pytest.mark.vm
 @pytest.mark.parametrize("check", ["setup"] + [n for n, _ in selftest.CLOUD_CHECKS])
 def test_vm_cloud_check(cloud_boot, check):

@@ -51,6 +51,10 @@ TUNABLES = {
     "cost_wseqiops": (0, 2500, 0, 10000000),
     "cost_wrandiops": (0, 150, 0, 10000000),
 }
+# Tunables that take a keyword: (default, every keyword offered).
+KEYWORD_TUNABLES = {
+    "cost_model": ("fixed", ("fixed", "auto")),
+}
 EINVAL = 22
 
 
@@ -89,12 +93,13 @@ def check_select_nullb(ctx) -> dict:
     dev = ctx["nullb"]
     g.set_scheduler(dev, "prism")
     present = sorted(p.name for p in (g.SYS_BLOCK / dev / "queue" / "iosched").iterdir())
-    defaults = {name: int(g.read_tunable(dev, name)) for name in TUNABLES}
-    expected = {name: spec[0] for name, spec in TUNABLES.items()}
+    defaults: dict = {name: int(g.read_tunable(dev, name)) for name in TUNABLES}
+    defaults |= {name: g.read_tunable(dev, name) for name in KEYWORD_TUNABLES}
+    expected = {name: spec[0] for name, spec in (TUNABLES | KEYWORD_TUNABLES).items()}
     g.mount_debugfs()
     debugfs = sorted(p.name for p in (g.DEBUGFS / "block" / dev / "sched").iterdir())
     wanted = {"tiers", "batch", "streams", "flows", "cost"}
-    ok = (g.schedulers(dev)[1] == "prism" and present == sorted(TUNABLES)
+    ok = (g.schedulers(dev)[1] == "prism" and present == sorted(TUNABLES | KEYWORD_TUNABLES)
           and defaults == expected and wanted <= set(debugfs))
     return {"ok": ok, "tunables": present, "defaults": defaults,
             "expected_defaults": expected, "debugfs": debugfs,
@@ -167,9 +172,23 @@ def repeating(period: float, action):
         t.join()
 
 
+# The v2 tunables away from their defaults, for the verify checks: data
+# must survive whatever they are set to.
+VERIFY_TUNABLES: dict[str, dict[str, int | str]] = {
+    "virtio": {"cost_model": "auto", "quantum_us": 2000, "flow_depth": 10},
+    "nvme": {"quantum_us": 100, "flow_depth": 1, "cost_rrandiops": 200,
+             "cost_rkbps": 100000, "cost_wkbps": 90000, "cost_wrandiops": 150},
+}
+
+
 def check_verify(ctx, devkey: str) -> dict:
+    """Data written under prism reads back intact (fio crc32c) from jobs
+    at every class, while sort_mode flips, with some devices' v2
+    tunables away from their defaults; every request leaves the books."""
     dev = ctx[devkey]
-    g.set_scheduler(dev, "prism")
+    tunables = VERIFY_TUNABLES.get(devkey, {})
+    g.set_scheduler(dev, "prism", tunables)
+    set_ok = all(g.read_tunable(dev, k) == str(v) for k, v in tunables.items())
     # Exercise the sort-mode switch (tree rebuild) while I/O runs: 1, 2, 1...
     with repeating(0.5, lambda tick: [g.write_tunable(dev, "sort_mode",
                                                       1 + (tick - 1) % 2)]) as flips:
@@ -178,9 +197,9 @@ def check_verify(ctx, devkey: str) -> dict:
     books = conservation(dev)
     tiers = books["tiers"]
     classified = all(tiers[t]["inserted"] > 0 for t in ("high", "normal", "low"))
-    ok = (res["errors"] == 0 and books["balanced"] and classified
+    ok = (res["errors"] == 0 and books["balanced"] and classified and set_ok
           and all(f == 0 for f in flips) and len(flips) > 0)
-    return {"ok": ok, "device": dev, "sort_mode_flips": len(flips),
+    return {"ok": ok, "device": dev, "tunables": tunables, "sort_mode_flips": len(flips),
             "every_tier_used": classified, **res, **books}
 
 
@@ -316,6 +335,36 @@ def check_anticipation_hdd(ctx) -> dict:
             "fsyncs": {s: total(s, "fsyncs") for s in ("none", "prism")},
             "reader_ios": {s: total(s, "reader_ios") for s in ("none", "prism")},
             "reader_moves_every_second": reader_moves, "settled": settled, "runs": runs}
+
+
+def check_cost_learn_hdd(ctx) -> dict:
+    """cost_model=auto learns the emulated HDD's coefficients from its
+    completion times: depth-1 random 4 KiB reads over the whole disk, then
+    sequential reads of mixed sizes from its start. Here: the learner
+    fitted both kinds, its fit is in force, and the books balance; the
+    host compares the learned random IOPS and streaming rate with the
+    disk model's arithmetic (tests/test_vm.py), since the disk's times
+    come from the host, not from TCG."""
+    dev = ctx["hdd"]
+    g.set_scheduler(dev, "prism", {"cost_model": "auto"})
+    common = [f"--filename=/dev/{dev}", "--direct=1", "--time_based", "--randrepeat=0"]
+    before = g.prism_cost(dev)
+    g.fio(args=["--name=rand", "--ioengine=psync", "--rw=randread", "--bs=4k",
+                "--runtime=10"] + common, timeout=120)
+    after_rand = g.prism_cost(dev)
+    g.fio(args=["--name=seq", "--ioengine=libaio", "--iodepth=2", "--rw=read",
+                "--bssplit=64k/30:256k/40:1m/30", "--runtime=8"] + common, timeout=120)
+    cost = g.prism_cost(dev)
+    books = conservation(dev)
+    learning, learned, model = cost["learning"], cost.get("learned", {}), cost["model"]
+    g.set_scheduler(dev, "prism")
+    ok = (before["learning"]["learning"] == "started"
+          and learning["learning"] == "in_force"
+          and int(learning["window_rrand"]) >= 32 and int(learning["window_rseq"]) >= 32
+          and all(model[k] == learned.get(k) for k in ("rbps", "rrandiops", "rseqiops"))
+          and books["balanced"])
+    return {"ok": ok, "learning": learning, "learned": learned, "model": model,
+            "after_random": after_rand.get("learned", {}), **books}
 
 
 def check_flow_shares(ctx) -> dict:
@@ -500,14 +549,27 @@ def check_tunables(ctx) -> dict:
             if err or int(got) != val:
                 failures.append(f"{name}={val}: errno {err}, reads back {got}")
         g.write_tunable(dev, name, default)
+    for kname, (kdefault, offered) in KEYWORD_TUNABLES.items():
+        before = g.read_tunable(dev, kname)
+        for bad in ("abc", "\n", "1", f"{offered[-1]}x", " ".join(offered)):
+            err = g.write_tunable(dev, kname, bad)
+            after = g.read_tunable(dev, kname)
+            if err != EINVAL or after != before:
+                failures.append(f"{kname}={bad!r}: errno {err}, {before} -> {after}")
+        for word in offered[::-1] + (kdefault,):
+            err = g.write_tunable(dev, kname, word)
+            got = g.read_tunable(dev, kname)
+            if err or got != word:
+                failures.append(f"{kname}={word}: errno {err}, reads back {got}")
     # The BE cut-offs may not cross.
     for name, val in (("be_high_max", 6), ("be_low_min", 2)):
         before = g.read_tunable(dev, name)
         err = g.write_tunable(dev, name, val)
         if err != EINVAL or g.read_tunable(dev, name) != before:
             failures.append(f"crossing {name}={val}: errno {err}")
-    final = {name: int(g.read_tunable(dev, name)) for name in TUNABLES}
-    restored = final == {n: s[0] for n, s in TUNABLES.items()}
+    final: dict = {name: int(g.read_tunable(dev, name)) for name in TUNABLES}
+    final |= {name: g.read_tunable(dev, name) for name in KEYWORD_TUNABLES}
+    restored = final == {n: s[0] for n, s in (TUNABLES | KEYWORD_TUNABLES).items()}
     return {"ok": not failures and restored, "failures": failures, "final": final}
 
 
@@ -619,7 +681,8 @@ def check_share(ctx) -> dict:
     """A waiting LOW tier gets its share of the device's time while HIGH
     saturates it: with aging off, LOW's part of the cost prism dispatched
     (estimated device time, from prism's own flows, so no timing) is
-    low_share percent, and with low_share 0 LOW gets nothing. Counted in
+    low_share percent, and with low_share 0 LOW gets only what HIGH's
+    empty queue leaves at fio's start and end. Counted in
     cost, LOW's 128 KiB reads get far fewer than low_share percent of the
     dispatches beside HIGH's 4 KiB ones."""
     dev = ctx["nullb"]
@@ -652,12 +715,17 @@ def check_share(ctx) -> dict:
     g.set_scheduler(dev, "none")
     g.set_scheduler(dev, "prism")       # defaults again for the checks after
     # HIGH keeps about 30 requests queued on a 2-slot device, so LOW is
-    # served only by its share: its part is the share within a few requests
-    # dispatched while HIGH's queue was briefly empty (fio's start and end),
-    # each of which weighs 13 of HIGH's in cost.
+    # served only by its share, except for what it dispatches while HIGH's
+    # queue is empty at fio's start and end: at most its depth (8) each
+    # time. Each of those weighs 13 of HIGH's in cost, so they are left out
+    # of the part (low_shared_part) and bounded by count instead.
+    unshared_max = 2 * 8 + 2
+
+    def unshared(o):
+        return o["low_dispatched"] - o["low_shared"]
     ok = (all(abs(out[s]["low_shared_part"] - s / 100) < 0.03 and out[s]["low_ios"] > 0
-              and out[s]["low_shared"] >= 0.8 * out[s]["low_dispatched"] for s in (10, 30))
-          and out[0]["low_shared"] == 0 and out[0]["low_part"] < 0.01
+              and unshared(out[s]) <= unshared_max for s in (10, 30))
+          and out[0]["low_shared"] == 0 and unshared(out[0]) <= unshared_max
           and all(o["balanced"] for o in out.values()))
     return {"ok": ok, **{f"low_share_{s}": o for s, o in out.items()}}
 
@@ -1035,6 +1103,7 @@ CHECKS = [
     ("verify_nvme", lambda ctx: check_verify(ctx, "nvme")),
     ("drive_hdd", check_drive_hdd),
     ("anticipation_hdd", check_anticipation_hdd),
+    ("cost_learn_hdd", check_cost_learn_hdd),
     ("switch_under_load", check_switch_under_load),
     ("switch_under_load_nvme", lambda ctx: check_switch_under_load(ctx, "nvme")),
     ("priority_latency", check_priority_latency),

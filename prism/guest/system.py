@@ -224,6 +224,23 @@ def prism_flows(dev: str) -> list[dict]:
     return out
 
 
+def prism_cost(dev: str) -> dict[str, dict[str, str]]:
+    """prism's cost model from debugfs, by line: "model" (the coefficients
+    in force), "cost_ns", "learning" (the learner's state and window) and,
+    once it has fitted something, "learned"."""
+    mount_debugfs()
+    out: dict[str, dict[str, str]] = {}
+    for line in (DEBUGFS / "block" / dev / "sched" / "cost").read_text().splitlines():
+        f = line.split()
+        if not f:
+            continue
+        name = f[0].split("=", 1)[0]
+        if "=" not in f[0]:
+            f = f[1:]
+        out[name] = dict(kv.split("=", 1) for kv in f)
+    return out
+
+
 def prism_batch(dev: str) -> dict[str, str]:
     mount_debugfs()
     text = (DEBUGFS / "block" / dev / "sched" / "batch").read_text()

@@ -162,6 +162,48 @@ TEST(learner_keeps_prior_slope_for_one_size)
 }
 
 /*
+ * As the mechanism feeds it: points summed where requests complete and
+ * folded in batches. The window forgets: after the device slows to a
+ * third (another tenant, a worn disk), the learned random rate follows it
+ * within 10% once a few windows of the new device have been seen.
+ */
+TEST(learner_batches_and_forgets)
+{
+	struct prism_cost_params prior, out;
+	struct prism_cost_learner l = { };
+	struct prism_learn_sums b = { };
+	int i;
+
+	prism_cost_defaults(&prior, true);
+	for (i = 0; i < 8000; i++) {
+		/* 4 KiB random reads: 5 ms each, then 15 ms from i = 2000. */
+		u64 own = i < 2000 ? 5000000 : 15000000;
+		u64 x, y;
+
+		prism_learn_point(4096, own * 2, 2, &x, &y);
+		b.n++;
+		b.x += x;
+		b.y += y;
+		b.xx += x * x;
+		b.xy += x * y;
+		if (b.n == 50) {
+			prism_learn_add(&l, PRISM_READ, false, &b);
+			memset(&b, 0, sizeof(b));
+		}
+		if (i == 1999) {
+			CHECK(prism_learn_params(&l, &prior, &out));
+			CHECK(out.randiops[PRISM_READ] > 180 &&
+			      out.randiops[PRISM_READ] < 220);
+		}
+	}
+	CHECK(l.s[PRISM_READ][0].n <= PRISM_LEARN_DECAY);
+	CHECK_EQ(l.samples, 8000);
+	CHECK(prism_learn_params(&l, &prior, &out));
+	/* 15 ms: 67 I/Os per second. */
+	CHECK(out.randiops[PRISM_READ] > 60 && out.randiops[PRISM_READ] < 74);
+}
+
+/*
  * A simulated tier: n flows, always backlogged, served a request at a
  * time by prism_fq_pick_*() and charged its cost.
  */

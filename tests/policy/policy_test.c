@@ -329,7 +329,7 @@ TEST(stream_detects_sequential)
 	int i;
 
 	for (i = 0; i < 10; i++) {
-		seq = prism_stream_update(&s, 42, pos, 256, t.seq_gap);
+		seq = prism_stream_update(&s, pos, 256, t.seq_gap);
 		if (i < PRISM_SEQ_THRESHOLD)
 			CHECK(!seq);	/* needs THRESHOLD hits after the first */
 		pos += 256;
@@ -337,7 +337,7 @@ TEST(stream_detects_sequential)
 	CHECK(seq);
 	CHECK_EQ(s.score, PRISM_SEQ_SCORE_MAX);
 	/* A small skip (within seq_gap) still counts. */
-	CHECK(prism_stream_update(&s, 42, pos + t.seq_gap, 8, t.seq_gap));
+	CHECK(prism_stream_update(&s, pos + t.seq_gap, 8, t.seq_gap));
 }
 
 TEST(stream_detects_random)
@@ -348,7 +348,7 @@ TEST(stream_detects_random)
 	int i, seq = 0;
 
 	for (i = 0; i < 50; i++) {
-		seq += prism_stream_update(&s, 7, pos, 8, t.seq_gap);
+		seq += prism_stream_update(&s, pos, 8, t.seq_gap);
 		pos = (pos * 1103515245ULL + 12345ULL) % 100000000ULL;
 	}
 	CHECK_EQ(seq, 0);
@@ -363,43 +363,13 @@ TEST(stream_turns_random_after_seeks)
 	int i;
 
 	for (i = 0; i < 12; i++, pos += 8)
-		prism_stream_update(&s, 9, pos, 8, t.seq_gap);
+		prism_stream_update(&s, pos, 8, t.seq_gap);
 	CHECK(s.score >= PRISM_SEQ_THRESHOLD);
 	/* Seeks lose two points each: sequential no more after three. */
 	CHECK_EQ(s.score, PRISM_SEQ_SCORE_MAX);
-	CHECK(prism_stream_update(&s, 9, 1000000, 8, t.seq_gap));
-	CHECK(prism_stream_update(&s, 9, 5000000, 8, t.seq_gap));
-	CHECK(!prism_stream_update(&s, 9, 9000000, 8, t.seq_gap));
-}
-
-TEST(stream_slot_taken_over_resets)
-{
-	struct prism_stream s = { 0 };
-	struct prism_tunables t = defaults();
-	int i;
-
-	for (i = 0; i < 10; i++)
-		prism_stream_update(&s, 1, i * 8, 8, t.seq_gap);
-	CHECK(s.score > 0);
-	/* Another stream hashing here starts from nothing. */
-	CHECK(!prism_stream_update(&s, 2, 80, 8, t.seq_gap));
-	CHECK_EQ(s.id, 2);
-	CHECK_EQ(s.score, 0);
-}
-
-TEST(stream_slots_spread)
-{
-	unsigned int used[PRISM_NR_STREAMS] = { 0 };
-	unsigned int id, distinct = 0;
-
-	for (id = 1000; id < 1000 + PRISM_NR_STREAMS; id++)
-		used[prism_stream_slot(id)]++;
-	for (id = 0; id < PRISM_NR_STREAMS; id++) {
-		CHECK(prism_stream_slot(id + 77) < PRISM_NR_STREAMS);
-		distinct += used[id] > 0;
-	}
-	/* Consecutive pids (fio's jobs) should rarely collide. */
-	CHECK(distinct >= PRISM_NR_STREAMS / 2);
+	CHECK(prism_stream_update(&s, 1000000, 8, t.seq_gap));
+	CHECK(prism_stream_update(&s, 5000000, 8, t.seq_gap));
+	CHECK(!prism_stream_update(&s, 9000000, 8, t.seq_gap));
 }
 
 TEST(tier_depth_never_zero)
