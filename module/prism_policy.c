@@ -767,21 +767,14 @@ void prism_cost_digest(struct prism_cost_model *m,
 }
 
 /*
- * One completed request of @bytes that spent @device_ns in the device
- * with @inflight requests of prism's there when it was dispatched
- * (itself included), as a point of the fit: @x its size in KiB, @y its
- * own share of the device, device_ns / inflight in us, the other requests
- * having overlapped with it. Exact for a device that serves one request
- * at a time (the queue's time is the service times' sum); for a device
- * that serves several at once the corrected times are too low by its
- * parallelism, which scales every cost alike and so leaves the shares as
- * they are.
+ * One completed request of @bytes that used @device_ns of the device
+ * (prism_learn_busy()) as a point of the fit: @x its size in KiB, @y its
+ * time in us, both bounded.
  */
-void prism_learn_point(u32 bytes, u64 device_ns, u32 inflight,
-		       u64 *x, u64 *y)
+void prism_learn_point(u32 bytes, u64 device_ns, u64 *x, u64 *y)
 {
 	*x = ((u64)bytes + 1023) / 1024;
-	*y = div_u64_u64(device_ns, inflight ? inflight : 1) / 1000;
+	*y = div_u64_u64(device_ns, 1000);
 	if (!*x)
 		*x = 1;
 	if (*x > 4096)
@@ -817,11 +810,11 @@ void prism_learn_add(struct prism_cost_learner *l, int dir, bool seq,
 
 /* One completed request (see prism_learn_point()). */
 void prism_learn_sample(struct prism_cost_learner *l, int dir, bool seq,
-			u32 bytes, u64 device_ns, u32 inflight)
+			u32 bytes, u64 device_ns)
 {
 	struct prism_learn_sums b = { .n = 1 };
 
-	prism_learn_point(bytes, device_ns, inflight, &b.x, &b.y);
+	prism_learn_point(bytes, device_ns, &b.x, &b.y);
 	b.xx = b.x * b.x;
 	b.xy = b.x * b.y;
 	prism_learn_add(l, dir, seq, &b);

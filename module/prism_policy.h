@@ -497,13 +497,11 @@ static inline bool prism_cost_seq(u64 last_end, u64 pos, u32 seq_gap)
 }
 
 /*
- * The cost learner (cost_model=auto): from completed requests' device
- * times, corrected for the requests that shared the device with them
- * (a request that completed in T with n in flight used about T / n of
- * it), it fits, per direction and kind (sequential or random), the time
- * of a 4 KiB I/O and the time per byte, by least squares over a decaying
- * window, and turns them back into coefficients. Sums are in us and KiB,
- * which keeps them within 64 bits.
+ * The cost learner (cost_model=auto): from the device time each timed
+ * request used (prism_learn_busy()) it fits, per direction and kind
+ * (sequential or random), the time of a 4 KiB I/O and the time per byte,
+ * by least squares over a decaying window, and turns them back into
+ * coefficients. Sums are in us and KiB, which keeps them within 64 bits.
  */
 #define PRISM_LEARN_MIN		32	/* samples of a kind before trusting it */
 #define PRISM_LEARN_DECAY	1024	/* samples after which old ones halve */
@@ -528,12 +526,30 @@ struct prism_cost_learner {
  */
 #define PRISM_LEARN_EVERY	4
 
-void prism_learn_point(u32 bytes, u64 device_ns, u32 inflight,
-		       u64 *x, u64 *y);
+/*
+ * The device time a completed request used: from when the device could
+ * first work on it, its dispatch or the completion before it if that came
+ * later (until then the device was busy with others), to its completion,
+ * all in ns. On a device that serves one request at a time this is the
+ * request's service, including the round trip in which the device waits
+ * for its next command (a drive's read-ahead hides that from a sequential
+ * stream's own latency, not from the stream's rate). On a device that
+ * serves several at once it is the time between completions: each
+ * request's part of the device's throughput, which is what a share of
+ * the device is made of.
+ */
+static inline u64 prism_learn_busy(u64 dispatched, u64 prev_done, u64 done)
+{
+	u64 from = prev_done > dispatched ? prev_done : dispatched;
+
+	return done > from ? done - from : 0;
+}
+
+void prism_learn_point(u32 bytes, u64 device_ns, u64 *x, u64 *y);
 void prism_learn_add(struct prism_cost_learner *l, int dir, bool seq,
 		     const struct prism_learn_sums *b);
 void prism_learn_sample(struct prism_cost_learner *l, int dir, bool seq,
-			u32 bytes, u64 device_ns, u32 inflight);
+			u32 bytes, u64 device_ns);
 bool prism_learn_params(const struct prism_cost_learner *l,
 			const struct prism_cost_params *prior,
 			struct prism_cost_params *out);

@@ -110,20 +110,18 @@
 #define PRISM_RQ_FLOW_SHIFT	16	/* its flow's slot, 8 bits */
 #define PRISM_RQ_FLOW_MASK	(0xffUL << PRISM_RQ_FLOW_SHIFT)
 /*
- * A request timed for the learner keeps its size and the requests in
- * flight with it in the state's upper half: the size, because a driver's
- * completion may have zeroed it by finish_request(). Only where a long
- * has that half; elsewhere cost_model=auto learns nothing.
+ * A request timed for the learner keeps its size in the state's upper
+ * half, since a driver's completion may have zeroed it by
+ * finish_request(); its dispatch time is in priv[1], in ns. Only where a
+ * long has that half and holds a ktime; elsewhere cost_model=auto learns
+ * nothing.
  */
 #if BITS_PER_LONG == 64
 #define PRISM_CAN_LEARN		1
 #define PRISM_RQ_KIB_SHIFT	32	/* size in KiB, at most 4096: 13 bits */
 #define PRISM_RQ_KIB_MAX	4096UL
-#define PRISM_RQ_NR_SHIFT	45	/* in flight, at most 255: 8 bits */
-#define PRISM_RQ_NR_MAX		255UL
 #define PRISM_RQ_LEARN_MASK	(PRISM_RQ_LEARN | PRISM_RQ_LEARN_SEQ | \
-				 (0x1fffUL << PRISM_RQ_KIB_SHIFT) | \
-				 (0xffUL << PRISM_RQ_NR_SHIFT))
+				 (0x1fffUL << PRISM_RQ_KIB_SHIFT))
 #else
 #define PRISM_CAN_LEARN		0
 #define PRISM_RQ_LEARN_MASK	(PRISM_RQ_LEARN | PRISM_RQ_LEARN_SEQ)
@@ -284,7 +282,12 @@ struct prism_data {
 	 * PRISM_LEARN_EVERY is timed, its point summed into learn_acc where
 	 * it completes and folded into learner under the lock at most every
 	 * PRISM_LEARN_FOLD; learned holds the coefficients fitted so far.
+	 * While learning (read locklessly where requests complete), every
+	 * completion swaps its time into last_done, which gives the next
+	 * timed request the completion before it (prism_learn_busy()).
 	 */
+	bool learning;
+	atomic64_t last_done;
 	struct prism_learn_acc learn_acc[PRISM_NR_DIRS][2];
 	struct prism_cost_learner learner;
 	struct prism_cost_params learned;
@@ -669,48 +672,48 @@ static void prism_model_update(struct prism_data *pd)
 	prism_cost_effective(&pd->cost_params, &tun->cost, &pd->learned,
 			     tun->cost_auto && pd->learned_any, pd->rotational);
 	prism_cost_digest(&pd->model, &pd->cost_params);
+	WRITE_ONCE(pd->learning, PRISM_CAN_LEARN && tun->cost_auto);
 }
 
 /*
- * Time one dispatch in PRISM_LEARN_EVERY for the learner: keep its size,
- * the requests prism has in the device with it (itself included), and
- * whether it continues where the device's last request ended. That is the
- * device's own order, not the flow's: the learner describes the device.
+ * Time one dispatch in PRISM_LEARN_EVERY for the learner: keep its size
+ * and whether it continues where the device's last request ended. That is
+ * the device's own order, not the flow's: the learner describes the
+ * device.
  */
 static unsigned long prism_learn_stamp(struct prism_data *pd,
 				       struct request *rq, unsigned long st)
 {
 #if PRISM_CAN_LEARN
 	const struct prism_tunables *tun = prism_tun(pd);
-	unsigned long kib, nr = 0;
-	int t;
+	unsigned long kib;
 
 	if (!tun->cost_auto || ++pd->learn_tick % PRISM_LEARN_EVERY)
 		return st;
-	for (t = 0; t < PRISM_NR_TIERS; t++)
-		nr += prism_inflight(&pd->tier[t]);
 	kib = min_t(unsigned long, DIV_ROUND_UP(blk_rq_bytes(rq), 1024),
 		    PRISM_RQ_KIB_MAX);
-	st |= PRISM_RQ_LEARN | kib << PRISM_RQ_KIB_SHIFT |
-	      min_t(unsigned long, nr, PRISM_RQ_NR_MAX) << PRISM_RQ_NR_SHIFT;
+	st |= PRISM_RQ_LEARN | kib << PRISM_RQ_KIB_SHIFT;
 	if (prism_cost_seq(pd->head_pos, blk_rq_pos(rq), tun->seq_gap))
 		st |= PRISM_RQ_LEARN_SEQ;
 #endif
 	return st;
 }
 
-/* A timed request completed at @done: sum its point. Lockless. */
+/*
+ * A timed request completed at @done, the completion before it at
+ * @prev_done: sum its point. Lockless.
+ */
 static void prism_learn_complete(struct prism_data *pd, struct request *rq,
-				 unsigned long st, u64 done)
+				 unsigned long st, u64 prev_done, u64 done)
 {
 #if PRISM_CAN_LEARN
 	u32 bytes = ((st >> PRISM_RQ_KIB_SHIFT) & 0x1fff) * 1024;
-	u32 nr = (st >> PRISM_RQ_NR_SHIFT) & PRISM_RQ_NR_MAX;
-	u64 ns = (unsigned long)done - (unsigned long)rq->elv.priv[1];
+	u64 dispatched = (unsigned long)rq->elv.priv[1];
 	struct prism_learn_acc *a;
 	u64 x, y;
 
-	prism_learn_point(bytes, ns, nr, &x, &y);
+	prism_learn_point(bytes, prism_learn_busy(dispatched, prev_done, done),
+			  &x, &y);
 	a = &pd->learn_acc[op_is_write(req_op(rq)) ? PRISM_WRITE : PRISM_READ]
 			  [st & PRISM_RQ_LEARN_SEQ ? 1 : 0];
 	atomic64_add(y, &a->y);
@@ -1578,6 +1581,7 @@ static void prism_finish_request(struct request *rq)
 	unsigned long st = prism_rq_state(rq);
 	struct prism_tier_queue *tq;
 	unsigned long now = jiffies;
+	bool learning;
 	u64 done = 0;
 
 	if (!(st & PRISM_RQ_SEEN) || (st & PRISM_RQ_FOREIGN))
@@ -1597,7 +1601,8 @@ static void prism_finish_request(struct request *rq)
 	/* One store per jiffy at most: this line is shared by completions. */
 	if (READ_ONCE(tq->last_done) != now)
 		WRITE_ONCE(tq->last_done, now);
-	if (st & (PRISM_RQ_TIMED | PRISM_RQ_IDLE_DEV | PRISM_RQ_LEARN))
+	learning = READ_ONCE(pd->learning);
+	if (learning || (st & (PRISM_RQ_TIMED | PRISM_RQ_IDLE_DEV)))
 		done = ktime_get_ns();
 	if (st & PRISM_RQ_TIMED) {
 		WRITE_ONCE(tq->done_ns, done);
@@ -1606,8 +1611,12 @@ static void prism_finish_request(struct request *rq)
 	} else if (st & PRISM_RQ_IDLE_DEV) {
 		prism_lat_add(rq, done, &pd->lat.bulk);
 	}
-	if (st & PRISM_RQ_LEARN)
-		prism_learn_complete(pd, rq, st, done);
+	if (learning) {
+		u64 prev_done = atomic64_xchg(&pd->last_done, done);
+
+		if (st & PRISM_RQ_LEARN)
+			prism_learn_complete(pd, rq, st, prev_done, done);
+	}
 	/* Finished twice (6.1 flush paths) must not count twice. */
 	prism_rq_set_state(rq, 0);
 }

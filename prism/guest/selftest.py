@@ -337,6 +337,10 @@ def check_anticipation_hdd(ctx) -> dict:
             "reader_moves_every_second": reader_moves, "settled": settled, "runs": runs}
 
 
+# cost_learn_hdd's sequential reads: (KiB, percent of the requests).
+LEARN_SEQ_MIX = ((64, 30), (256, 40), (1024, 30))
+
+
 def check_cost_learn_hdd(ctx) -> dict:
     """cost_model=auto learns the emulated HDD's coefficients from its
     completion times: depth-1 random 4 KiB reads over the whole disk, then
@@ -353,7 +357,8 @@ def check_cost_learn_hdd(ctx) -> dict:
                 "--runtime=10"] + common, timeout=120)
     after_rand = g.prism_cost(dev)
     g.fio(args=["--name=seq", "--ioengine=libaio", "--iodepth=2", "--rw=read",
-                "--bssplit=64k/30:256k/40:1m/30", "--runtime=8"] + common, timeout=120)
+                "--bssplit=" + ":".join(f"{k}k/{p}" for k, p in LEARN_SEQ_MIX),
+                "--runtime=8"] + common, timeout=120)
     cost = g.prism_cost(dev)
     books = conservation(dev)
     learning, learned, model = cost["learning"], cost.get("learned", {}), cost["model"]

@@ -97,10 +97,11 @@ TEST(cost_effective_set_learned_default)
 }
 
 /*
- * The learner recovers a device's coefficients from simulated
- * completions within 10%: requests of mixed sizes and kinds served by a
- * device that follows a known model, some alone, some with others in
- * flight (the device time then includes theirs).
+ * The learner recovers a device's coefficients within 10% from the times
+ * the mechanism attributes (prism_learn_busy()) on a simulated device
+ * that serves one request at a time: requests of mixed sizes and kinds,
+ * sometimes queued behind others (dispatched before the device is free),
+ * sometimes after an idle gap, with +-5% noise.
  */
 TEST(learner_recovers_known_coefficients)
 {
@@ -113,6 +114,7 @@ TEST(learner_recovers_known_coefficients)
 	struct prism_cost_model m;
 	struct prism_cost_learner l = { };
 	static const u32 sizes[] = { 4096, 8192, 16384, 65536, 131072, 524288 };
+	u64 now = 1000000, free_at = 0;
 	int i, d;
 
 	prism_cost_digest(&m, &truth);
@@ -122,13 +124,16 @@ TEST(learner_recovers_known_coefficients)
 		int dir = rng() % 2;
 		bool seq = rng() % 2;
 		u32 bytes = sizes[rng() % 6];
-		u32 inflight = 1 + rng() % 4;
-		/* Its own service, with noise of +-5%, times the queue. */
 		u64 own = prism_cost(&m, dir, bytes, seq);
 		u64 noisy = own * (95 + rng() % 11) / 100;
+		u64 prev = free_at, done;
 
-		prism_learn_sample(&l, dir, seq, bytes, noisy * inflight,
-				   inflight);
+		/* Dispatched while the device is busy, or after a gap. */
+		now += rng() % 3 ? 0 : own * (rng() % 3);
+		done = (now > free_at ? now : free_at) + noisy;
+		free_at = done;
+		prism_learn_sample(&l, dir, seq, bytes,
+				   prism_learn_busy(now, prev, done));
 	}
 	CHECK(prism_learn_params(&l, &prior, &out));
 	for (d = 0; d < PRISM_NR_DIRS; d++) {
@@ -141,6 +146,30 @@ TEST(learner_recovers_known_coefficients)
 	}
 }
 
+/*
+ * The attributed time: a request's own service when it finds the device
+ * idle or queues behind another; on a device serving two at once, each
+ * request is attributed the time since the completion before it, which
+ * sums to the device's busy time: half of each request's latency.
+ */
+TEST(learner_attributes_busy_time)
+{
+	u64 sum = 0;
+	int i;
+
+	CHECK_EQ(prism_learn_busy(100, 50, 300), 200);	/* device was idle */
+	CHECK_EQ(prism_learn_busy(100, 180, 300), 120);	/* queued behind */
+	CHECK_EQ(prism_learn_busy(100, 400, 300), 0);	/* out of order */
+	/* Two channels, each taking 1000 per request, always both busy. */
+	for (i = 2; i < 1002; i++) {
+		u64 done = (u64)(i / 2) * 1000 + (i % 2);
+		u64 prev = (u64)((i - 1) / 2) * 1000 + ((i - 1) % 2);
+
+		sum += prism_learn_busy(done - 1000, prev, done);
+	}
+	CHECK(sum > 1000 * 500 * 99 / 100 && sum < 1000 * 500 * 101 / 100);
+}
+
 /* With one size only, the slope cannot be told: it stays the prior's. */
 TEST(learner_keeps_prior_slope_for_one_size)
 {
@@ -150,7 +179,7 @@ TEST(learner_keeps_prior_slope_for_one_size)
 
 	prism_cost_defaults(&prior, false);
 	for (i = 0; i < 100; i++)
-		prism_learn_sample(&l, PRISM_READ, false, 4096, 333000, 1);
+		prism_learn_sample(&l, PRISM_READ, false, 4096, 333000);
 	CHECK(prism_learn_params(&l, &prior, &out));
 	CHECK_EQ(out.bps[PRISM_READ], prior.bps[PRISM_READ]);
 	/* 4 KiB in 333 us: about 3,000 I/Os per second. */
@@ -180,7 +209,7 @@ TEST(learner_batches_and_forgets)
 		u64 own = i < 2000 ? 5000000 : 15000000;
 		u64 x, y;
 
-		prism_learn_point(4096, own * 2, 2, &x, &y);
+		prism_learn_point(4096, own, &x, &y);
 		b.n++;
 		b.x += x;
 		b.y += y;
