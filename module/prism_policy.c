@@ -7,6 +7,8 @@
 
 void prism_tunables_init(struct prism_tunables *t, unsigned int hz)
 {
+	int i;
+
 	/*
 	 * The deadline knobs keep mq-deadline's defaults and meaning, with one
 	 * exception: prio_aging_expire = 0 turns aging off (strict priority
@@ -54,6 +56,9 @@ void prism_tunables_init(struct prism_tunables *t, unsigned int hz)
 	/* Cost coefficients: all 0, the media's defaults; fixed, not learned. */
 	t->cost = (struct prism_cost_params){ };
 	t->cost_auto = false;
+	/* No rate caps: a cap wastes the device when nothing else wants it. */
+	for (i = 0; i < PRISM_NR_TIERS; i++)
+		t->rate_kbps[i] = 0;
 }
 
 bool prism_tunables_valid(const struct prism_tunables *t)
@@ -208,22 +213,34 @@ static u64 share_est(const struct prism_batch *b, int tier)
  * reached (100 - share) x the cost of its next request), the lowest first
  * since it has the least. Served in its own order, from the FIFO head
  * only if that has expired, so a sequential stream stays sequential.
+ *
+ * An owed tier that already has lower_limit in flight is in the device
+ * and waits. One that finds the device full is a different matter: a
+ * higher tier that keeps requests queued refills the device the moment
+ * it has room, so the owed request would never find any. Then @owed is
+ * set, and the higher tiers are held until a request leaves the device.
  */
 static bool pick_share(const struct prism_tier_view view[PRISM_NR_TIERS],
 		       int first, const struct prism_batch *b,
 		       const struct prism_tunables *t,
-		       const struct prism_flight *f, struct prism_choice *c)
+		       const struct prism_flight *f, struct prism_choice *c,
+		       bool *owed)
 {
 	int tier;
 
+	*owed = false;
 	for (tier = PRISM_NR_TIERS - 1; tier > first; tier--) {
 		u32 share = t->share[tier];
 
 		if (!share || !tier_queued(&view[tier]) ||
 		    b->credit[tier] < (s64)((PRISM_SHARE_UNIT - share) *
 					    share_est(b, tier)) ||
-		    !depth_allows(view, tier, f))
+		    inflight_from(view, tier) >= f->lower_limit)
 			continue;
+		if (inflight_from(view, 0) + f->foreign >= f->depth) {
+			*owed = true;
+			continue;
+		}
 		c->tier = tier;
 		c->flow = -1;
 		c->shared = true;
@@ -319,6 +336,7 @@ bool prism_choose(const struct prism_tier_view view[PRISM_NR_TIERS],
 		  struct prism_choice *c, enum prism_hold *hold)
 {
 	int tier, guard;
+	bool owed;
 
 	*hold = PRISM_HOLD_NONE;
 	for (guard = 0; guard < PRISM_NR_TIERS; guard++)
@@ -336,10 +354,15 @@ bool prism_choose(const struct prism_tier_view view[PRISM_NR_TIERS],
 	c->batch = false;
 
 	if (pick_aged(view, guard, t, now, c) ||
-	    pick_share(view, guard, b, t, f, c)) {
+	    pick_share(view, guard, b, t, f, c, &owed)) {
 		/* One request out of turn; then arbitrate afresh. */
 		batch_close(b);
 		return true;
+	}
+	if (owed) {
+		/* A share is due and the device is full: it gets the room. */
+		*hold = PRISM_HOLD_DEPTH;
+		return false;
 	}
 
 	if (guard < tier) {
@@ -902,6 +925,65 @@ bool prism_learn_params(const struct prism_cost_learner *l,
 		}
 	}
 	return any;
+}
+
+/*
+ * A cap of @kbps KiB per second of streaming reads as device time per
+ * second, on a device that streams reads at @bps bytes per second; 0 for
+ * no cap.
+ */
+u64 prism_bucket_rate(u32 kbps, u64 bps)
+{
+	u64 rate;
+
+	if (!kbps || !bps)
+		return 0;
+	rate = div_u64_u64((u64)kbps * 1024ULL * NSEC_PER_SECOND, bps);
+	if (rate > PRISM_BUCKET_RATE_MAX)
+		rate = PRISM_BUCKET_RATE_MAX;
+	return rate ? rate : 1;
+}
+
+/*
+ * Fill @bk for the time since it was last filled, in whole microseconds
+ * (the remainder waits for the next fill, so nothing is lost), at most a
+ * second's worth, up to the burst. A new bucket starts full.
+ */
+void prism_bucket_fill(struct prism_bucket *bk, u64 rate, u64 now)
+{
+	s64 burst = (s64)div_u64_u64(rate * PRISM_BUCKET_BURST_MS, 1000);
+	u64 us;
+
+	if (!bk->stamp || now < bk->stamp) {
+		bk->tokens = burst;
+		bk->stamp = now;
+		return;
+	}
+	us = div_u64_u64(now - bk->stamp, 1000);
+	bk->stamp += us * 1000;
+	if (us > 1000000)
+		us = 1000000;
+	/* rate <= 1e12 ns/s and us <= 1e6: the product fits. */
+	bk->tokens += (s64)div_u64_u64(rate * us, 1000000);
+	if (bk->tokens > burst)
+		bk->tokens = burst;
+}
+
+/*
+ * ns from @now (when @bk was last filled) until a fill gives it a token
+ * again at @rate; 0 if it holds some now. Fills count whole microseconds
+ * from the stamp, so the wait ends on one.
+ */
+u64 prism_bucket_wait(const struct prism_bucket *bk, u64 rate, u64 now)
+{
+	u64 debt, ready;
+
+	if (bk->tokens > 0 || !rate)
+		return 0;
+	debt = (u64)(-bk->tokens) + 1;
+	/* debt is at most a request's cost: debt x 1e6 fits. */
+	ready = bk->stamp + div_u64_u64(debt * 1000000ULL + rate - 1, rate) * 1000;
+	return ready > now ? ready - now : 1000;
 }
 
 /*

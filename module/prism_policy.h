@@ -116,6 +116,12 @@ struct prism_tunables {
 		u32 randiops[PRISM_NR_DIRS];	/* 4 KiB I/Os per second, random */
 	} cost;
 	bool cost_auto;
+	/*
+	 * Token buckets: a tier's rate cap in sequential-equivalent KiB per
+	 * second (the device time that many KiB of streaming reads take, by
+	 * the cost model), indexed by tier; 0: no cap. HIGH's is unused.
+	 */
+	u32 rate_kbps[PRISM_NR_TIERS];
 };
 
 #define PRISM_AUTO		(-1)
@@ -550,6 +556,36 @@ void prism_learn_add(struct prism_cost_learner *l, int dir, bool seq,
 		     const struct prism_learn_sums *b);
 void prism_learn_sample(struct prism_cost_learner *l, int dir, bool seq,
 			u32 bytes, u64 device_ns);
+
+/*
+ * A token bucket of estimated device time (ns of cost): it fills at
+ * @rate ns of cost per second of wall time up to a burst of
+ * PRISM_BUCKET_BURST_MS of it, a dispatch takes its cost (the bucket may
+ * go into debt by one request), and the tier may dispatch while it holds
+ * tokens. A capped tier waits for the refill, not for a poll: the
+ * mechanism runs the queue again after prism_bucket_wait().
+ */
+#define PRISM_BUCKET_BURST_MS	100
+#define PRISM_BUCKET_RATE_MAX	(1000ULL * 1000000000ULL)	/* 1000 devices */
+
+struct prism_bucket {
+	s64 tokens;
+	u64 stamp;	/* ns the bucket was last filled to; 0: never */
+};
+
+u64 prism_bucket_rate(u32 kbps, u64 bps);
+void prism_bucket_fill(struct prism_bucket *bk, u64 rate, u64 now);
+u64 prism_bucket_wait(const struct prism_bucket *bk, u64 rate, u64 now);
+
+static inline bool prism_bucket_ready(const struct prism_bucket *bk)
+{
+	return bk->tokens > 0;
+}
+
+static inline void prism_bucket_charge(struct prism_bucket *bk, u64 cost)
+{
+	bk->tokens -= (s64)cost;
+}
 bool prism_learn_params(const struct prism_cost_learner *l,
 			const struct prism_cost_params *prior,
 			struct prism_cost_params *out);

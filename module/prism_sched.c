@@ -219,6 +219,12 @@ struct prism_tier_queue {
 	u64 done_ns;
 	struct prism_think think;
 	bool flush_seen;	/* a flush of its chain was in the device */
+	/*
+	 * Its rate cap (rate_kbps), under the lock: the bucket, and how many
+	 * times dispatch found it empty with requests queued.
+	 */
+	struct prism_bucket bucket;
+	u64 throttled;
 };
 
 /*
@@ -308,6 +314,7 @@ struct prism_data {
 	struct prism_depth_ctl depth;
 	struct prism_lat_acc lat;
 	struct hrtimer window_timer;
+	struct hrtimer rate_timer;	/* runs the queue once a bucket refills */
 	u64 held_window;
 	u64 held_depth;
 	u64 idle_since;		/* ns: a window hold began; 0: none */
@@ -1251,6 +1258,65 @@ static enum hrtimer_restart prism_window_timer(struct hrtimer *timer)
 	return HRTIMER_NORESTART;
 }
 
+static enum hrtimer_restart prism_rate_timer(struct hrtimer *timer)
+{
+	struct prism_data *pd = container_of(timer, struct prism_data,
+					     rate_timer);
+
+	blk_mq_run_hw_queues(pd->q, true);
+	return HRTIMER_NORESTART;
+}
+
+/* A tier's cap as device time per second (0: none), from the model. */
+static u64 prism_tier_rate(struct prism_data *pd,
+			   const struct prism_tunables *tun, int t)
+{
+	if (!tun->rate_kbps[t])
+		return 0;
+	return prism_bucket_rate(tun->rate_kbps[t],
+				 pd->cost_params.bps[PRISM_READ]);
+}
+
+/*
+ * Whether capped tier @t may dispatch now: its bucket filled to @now.
+ * An empty one is shown to prism_choose() as holding nothing, so the
+ * tiers below it are served meanwhile and it earns no share credit; its
+ * requests stay where they are until the refill.
+ */
+static bool prism_tier_throttled(struct prism_data *pd, int t, u64 rate,
+				 u64 now, struct prism_tier_view *v)
+{
+	struct prism_tier_queue *tq = &pd->tier[t];
+	int d;
+
+	prism_bucket_fill(&tq->bucket, rate, now);
+	if (prism_bucket_ready(&tq->bucket))
+		return false;
+	tq->throttled++;
+	for (d = 0; d < PRISM_NR_FIFOS; d++)
+		v->dir[d].queued = 0;
+	return true;
+}
+
+/* Throttled tiers wait: run the queue when the first bucket refills. */
+static void prism_rate_hold(struct prism_data *pd,
+			    const struct prism_tunables *tun, u32 throttled,
+			    u64 now)
+{
+	u64 wait = U64_MAX;
+	int t;
+
+	for (t = 0; t < PRISM_NR_TIERS; t++)
+		if (throttled & BIT(t))
+			wait = min(wait, prism_bucket_wait(&pd->tier[t].bucket,
+							   prism_tier_rate(pd, tun, t),
+							   now));
+	if (wait == U64_MAX)
+		return;
+	hrtimer_start_range_ns(&pd->rate_timer, ns_to_ktime(wait),
+			       NSEC_PER_USEC * 100, HRTIMER_MODE_REL);
+}
+
 /*
  * Nothing dispatched although requests are queued: make sure the queue
  * runs again when that can change. A completion (the restart flag) frees
@@ -1298,9 +1364,9 @@ static struct request *prism_dispatch_request(struct blk_mq_hw_ctx *hctx)
 	struct prism_flow *fl;
 	enum prism_hold hold;
 	struct request *rq;
-	u64 now = 0, window = 0, cost;
+	u64 now = 0, window = 0, cost, rate;
 	unsigned long st;
-	u32 queued_tiers = 0;
+	u32 queued_tiers = 0, throttled = 0;
 	int t, dir, first = PRISM_NR_TIERS;
 
 	spin_lock(&pd->lock);
@@ -1310,23 +1376,32 @@ static struct request *prism_dispatch_request(struct blk_mq_hw_ctx *hctx)
 		goto found;
 
 	prism_update_order(pd, q);
+	tun = prism_tun(pd);
 	for (t = 0; t < PRISM_NR_TIERS; t++) {
 		prism_tier_view(pd, t, &view[t]);
 		view[t].batch_left = 0;
-		if (tq_queued(&pd->tier[t])) {
-			queued_tiers |= 1U << t;
-			if (first == PRISM_NR_TIERS)
-				first = t;
+		if (!tq_queued(&pd->tier[t]))
+			continue;
+		rate = prism_tier_rate(pd, tun, t);
+		if (rate) {
+			if (!now)
+				now = ktime_get_ns();
+			if (prism_tier_throttled(pd, t, rate, now, &view[t])) {
+				throttled |= BIT(t);
+				continue;
+			}
 		}
+		queued_tiers |= 1U << t;
+		if (first == PRISM_NR_TIERS)
+			first = t;
 	}
 	if (pd->batch.tier >= 0 && pd->batch.flow >= 0) {
 		fl = &pd->flows[pd->batch.flow];
-		if (fl->tier == pd->batch.tier)
+		if (fl->tier == pd->batch.tier && !(throttled & BIT(fl->tier)))
 			view[fl->tier].batch_left = fl->queued[pd->batch.dir];
 	}
 	prism_view_flight(pd, q, view, first, &flight, &now, &window);
 
-	tun = prism_tun(pd);
 	flight.depth = prism_device_depth(q);
 	if (atomic64_read(&pd->lat.all) || atomic64_read(&pd->lat.solo) ||
 	    atomic64_read(&pd->lat.bulk)) {
@@ -1347,6 +1422,8 @@ static struct request *prism_dispatch_request(struct blk_mq_hw_ctx *hctx)
 	if (!prism_choose(view, &pd->batch, tun, &flight, jiffies, &c, &hold)) {
 		if (hold != PRISM_HOLD_NONE)
 			prism_hold(pd, hctx, hold, view, now, window);
+		if (throttled)
+			prism_rate_hold(pd, tun, throttled, now);
 		goto unlock;
 	}
 
@@ -1400,6 +1477,8 @@ static struct request *prism_dispatch_request(struct blk_mq_hw_ctx *hctx)
 					 tun->seq_gap));
 	prism_fq_charge(&pd->tier[fl->tier].fq, &fl->fq, cost);
 	prism_account(&pd->batch, tun, queued_tiers, &c, cost);
+	if (tun->rate_kbps[c.tier])
+		prism_bucket_charge(&pd->tier[c.tier].bucket, cost);
 	fl->dispatched++;
 	fl->cost += cost;
 	fl->bytes += blk_rq_bytes(rq);
@@ -1799,6 +1878,8 @@ static int prism_init_sched(struct request_queue *q, struct elevator_type *e)
 	atomic64_set(&pd->window_runs, 0);
 	hrtimer_init(&pd->window_timer, CLOCK_MONOTONIC, HRTIMER_MODE_REL);
 	pd->window_timer.function = prism_window_timer;
+	hrtimer_init(&pd->rate_timer, CLOCK_MONOTONIC, HRTIMER_MODE_REL);
+	pd->rate_timer.function = prism_rate_timer;
 
 	/* One queue for the whole device, as mq-deadline: priority is global. */
 	blk_queue_flag_set(QUEUE_FLAG_SQ_SCHED, q);
@@ -1814,6 +1895,7 @@ static void prism_exit_sched(struct elevator_queue *e)
 
 	/* The queue is frozen and quiesced: no dispatch re-arms it now. */
 	hrtimer_cancel(&pd->window_timer);
+	hrtimer_cancel(&pd->rate_timer);
 	spin_lock(&pd->lock);
 	WARN_ON_ONCE(!list_empty(&pd->dispatch));
 	for (f = 0; f < PRISM_FLOW_SLOTS; f++) {
@@ -1875,6 +1957,8 @@ enum prism_attr_id {
 	PRISM_ATTR_COST_WSEQIOPS,
 	PRISM_ATTR_COST_WRANDIOPS,
 	PRISM_ATTR_COST_MODEL,
+	PRISM_ATTR_NORMAL_RATE_KBPS,
+	PRISM_ATTR_LOW_RATE_KBPS,
 };
 
 /* An hour: longer deadlines mean none; shown values stay within int. */
@@ -1917,6 +2001,8 @@ static const struct prism_attr_range prism_attr_ranges[] = {
 	[PRISM_ATTR_COST_WSEQIOPS]	= { 0, 10000000 },
 	[PRISM_ATTR_COST_WRANDIOPS]	= { 0, 10000000 },
 	[PRISM_ATTR_COST_MODEL]		= { 0, 1 },
+	[PRISM_ATTR_NORMAL_RATE_KBPS]	= { 0, INT_MAX },
+	[PRISM_ATTR_LOW_RATE_KBPS]	= { 0, INT_MAX },
 };
 
 /*
@@ -1999,6 +2085,10 @@ static int prism_attr_get(struct prism_data *pd, const struct prism_tunables *t,
 		return t->cost.randiops[PRISM_WRITE];
 	case PRISM_ATTR_COST_MODEL:
 		return t->cost_auto;
+	case PRISM_ATTR_NORMAL_RATE_KBPS:
+		return t->rate_kbps[PRISM_NORMAL];
+	case PRISM_ATTR_LOW_RATE_KBPS:
+		return t->rate_kbps[PRISM_LOW];
 	}
 	return 0;
 }
@@ -2113,6 +2203,12 @@ static ssize_t prism_attr_store(struct elevator_queue *e, const char *page,
 		case PRISM_ATTR_COST_MODEL:
 			t.cost_auto = val;
 			break;
+		case PRISM_ATTR_NORMAL_RATE_KBPS:
+			t.rate_kbps[PRISM_NORMAL] = val;
+			break;
+		case PRISM_ATTR_LOW_RATE_KBPS:
+			t.rate_kbps[PRISM_LOW] = val;
+			break;
 		default:
 			break;
 		}
@@ -2171,6 +2267,8 @@ PRISM_ATTR(cost_wkbps, PRISM_ATTR_COST_WKBPS)
 PRISM_ATTR(cost_wseqiops, PRISM_ATTR_COST_WSEQIOPS)
 PRISM_ATTR(cost_wrandiops, PRISM_ATTR_COST_WRANDIOPS)
 PRISM_ATTR(cost_model, PRISM_ATTR_COST_MODEL)
+PRISM_ATTR(normal_rate_kbps, PRISM_ATTR_NORMAL_RATE_KBPS)
+PRISM_ATTR(low_rate_kbps, PRISM_ATTR_LOW_RATE_KBPS)
 
 #define PRISM_ATTR_ENTRY(name) \
 	__ATTR(name, 0644, prism_##name##_show, prism_##name##_store)
@@ -2202,6 +2300,8 @@ static struct elv_fs_entry prism_attrs[] = {
 	PRISM_ATTR_ENTRY(cost_wseqiops),
 	PRISM_ATTR_ENTRY(cost_wrandiops),
 	PRISM_ATTR_ENTRY(cost_model),
+	PRISM_ATTR_ENTRY(normal_rate_kbps),
+	PRISM_ATTR_ENTRY(low_rate_kbps),
 	__ATTR_NULL
 };
 
@@ -2218,16 +2318,17 @@ static int prism_tiers_show(void *data, struct seq_file *m)
 	 * completed: every finished request, dispatched or merged away, so
 	 * that inserted == completed on an idle queue; owned: see
 	 * prism_owned(); max_owned its high-water mark, which the tag reserve
-	 * bounds; foreign: inserted without being prepared.
+	 * bounds; foreign: inserted without being prepared; throttled:
+	 * dispatches that found its rate cap's bucket empty.
 	 */
-	seq_puts(m, "tier queued inserted requeued dispatched merged aged shared expired completed inflight owned max_owned foreign\n");
+	seq_puts(m, "tier queued inserted requeued dispatched merged aged shared expired completed inflight owned max_owned foreign throttled\n");
 	spin_lock(&pd->lock);
 	for (t = 0; t < PRISM_NR_TIERS; t++) {
 		struct prism_tier_queue *tq = &pd->tier[t];
 		s64 completed = atomic64_read(&tq->completed) +
 				atomic64_read(&tq->merged_away);
 
-		seq_printf(m, "%s %u %llu %llu %llu %llu %llu %llu %llu %lld %llu %llu %llu %llu\n",
+		seq_printf(m, "%s %u %llu %llu %llu %llu %llu %llu %llu %lld %llu %llu %llu %llu %llu\n",
 			   prism_tier_name[t],
 			   tq->queued[PRISM_READ] + tq->queued[PRISM_WRITE] +
 			   tq->queued[PRISM_SYNC_WRITE] +
@@ -2236,7 +2337,7 @@ static int prism_tiers_show(void *data, struct seq_file *m)
 			   tq->merged, tq->aged, tq->shared, tq->expired,
 			   completed, prism_inflight(tq), prism_owned(tq),
 			   tq->max_owned,
-			   tq->foreign);
+			   tq->foreign, tq->throttled);
 	}
 	spin_unlock(&pd->lock);
 	return 0;

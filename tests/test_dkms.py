@@ -10,6 +10,7 @@ import subprocess
 import tomllib
 from pathlib import Path
 
+import dkmstool
 import pytest
 
 import prism
@@ -64,20 +65,11 @@ def test_dkms_builds_and_installs(tmp_path, series):
         pytest.skip("dkms not installed (apt-get install dkms; scripts/setup.sh does)")
     k = kernels.get(series)
     kernels.fetch(k)
-    src = tmp_path / "src" / f"prism-iosched-{VERSION}"
-    shutil.copytree(MODULE, src, ignore=shutil.ignore_patterns("*.o", "*.ko", ".*"))
-    (tmp_path / "tree").mkdir()
     install = tmp_path / "install" / k.abi
     install.mkdir(parents=True)
     for f in k.modules_dir.glob("modules.*"):
         shutil.copy2(f, install / f.name)
-    trees = ["--sourcetree", str(tmp_path / "src"), "--dkmstree", str(tmp_path / "tree")]
-    env = dict(os.environ, PRISM_SOURCE_DIR=str(kernels.cache_dir() / "debs"))
-    for step in (["add"], ["build", "-k", k.abi],
-                 ["install", "-k", k.abi, "--installtree", str(tmp_path / "install")]):
-        cmd = ["dkms", step[0], "-m", "prism-iosched", "-v", VERSION] + step[1:] + trees
-        r = subprocess.run(cmd, capture_output=True, text=True, env=env)
-        assert r.returncode == 0, (cmd, r.stdout[-2000:], r.stderr[-2000:])
+    dkmstool.add_build_install(tmp_path, k, tmp_path / "install")
     built = list((install / "updates" / "dkms").glob("prism-iosched.ko*"))
     assert built, list(install.rglob("*"))
     ko = built[0]

@@ -7,7 +7,10 @@ Skipped with --no-vm. Kernels: --kernels 6.1,6.12 (default both).
 """
 
 import json
+import shutil
+import subprocess
 
+import dkmstool
 import pytest
 
 from prism import cli
@@ -48,6 +51,47 @@ def cloud_boot(request):
                  disks=cli.cloud_check_disks(rundir), timeout=900, rundir=rundir, echo=True)
     out = rundir / "results.json"
     return res, (json.loads(out.read_text()) if out.exists() else {})
+
+
+@pytest.fixture(scope="session")
+def autoload_boot(kernel, request, tmp_path_factory):
+    """prism-iosched installed through DKMS into the kernel's own module
+    tree on the host, which the guest shares, then a boot that loads
+    nothing itself (selftest's autoload suite); DKMS removes it after."""
+    if request.config.getoption("--no-vm"):
+        pytest.skip("--no-vm")
+    if not shutil.which("dkms"):
+        pytest.skip("dkms not installed (apt-get install dkms; scripts/setup.sh does)")
+    k = kernels.get(kernel)
+    state = subprocess.run(["dpkg-query", "-W", "-f=${Status}", "prism-iosched-dkms"],
+                           capture_output=True, text=True).stdout
+    if "installed" in state or dkmstool.installed_kos(k):
+        pytest.skip(f"prism-iosched is installed for {k.abi} on this machine: not touching it")
+    kernels.fetch(k)
+    tmp = tmp_path_factory.mktemp(f"dkms-{kernel}")
+    rundir = vm.new_rundir()
+    try:
+        dkmstool.add_build_install(tmp, k)
+        res = vm.run(k, "python3 -m prism.guest.selftest --suite autoload --out results.json",
+                     timeout=600, rundir=rundir, echo=True)
+    finally:
+        removed = dkmstool.dkms(tmp, ["remove", "--all"])
+    assert removed.returncode == 0, removed.stdout[-2000:] + removed.stderr[-2000:]
+    assert not dkmstool.installed_kos(k), "dkms remove left the module installed"
+    out = rundir / "results.json"
+    return res, (json.loads(out.read_text()) if out.exists() else {})
+
+
+@pytest.mark.vm
+def test_vm_autoloads_the_dkms_module(autoload_boot):
+    """Writing "prism" to a queue's scheduler, with the module not
+    loaded, loads the DKMS-installed one (check_autoload); the kernel log
+    stays clean."""
+    res, results = autoload_boot
+    r = results.get("autoload")
+    assert r, f"the autoload check did not run (guest exit {res.returncode}): {results}"
+    assert r["ok"], json.dumps(r, indent=1)[:4000]
+    assert res.log_problems == [], res.log_problems
 
 
 @pytest.mark.vm

@@ -50,6 +50,8 @@ TUNABLES = {
     "cost_wkbps": (0, 90000, 0, 2**31 - 1),
     "cost_wseqiops": (0, 2500, 0, 10000000),
     "cost_wrandiops": (0, 150, 0, 10000000),
+    "normal_rate_kbps": (0, 51200, 0, 2**31 - 1),
+    "low_rate_kbps": (0, 20480, 0, 2**31 - 1),
 }
 # Tunables that take a keyword: (default, every keyword offered).
 KEYWORD_TUNABLES = {
@@ -175,7 +177,8 @@ def repeating(period: float, action):
 # The v2 tunables away from their defaults, for the verify checks: data
 # must survive whatever they are set to.
 VERIFY_TUNABLES: dict[str, dict[str, int | str]] = {
-    "virtio": {"cost_model": "auto", "quantum_us": 2000, "flow_depth": 10},
+    "virtio": {"cost_model": "auto", "quantum_us": 2000, "flow_depth": 10,
+               "low_rate_kbps": 51200},
     "nvme": {"quantum_us": 100, "flow_depth": 1, "cost_rrandiops": 200,
              "cost_rkbps": 100000, "cost_wkbps": 90000, "cost_wrandiops": 150},
 }
@@ -735,6 +738,37 @@ def check_share(ctx) -> dict:
     return {"ok": ok, **{f"low_share_{s}": o for s, o in out.items()}}
 
 
+def check_rate_cap(ctx) -> dict:
+    """low_rate_kbps caps LOW: an IDLE sequential reader of 1 MiB requests
+    moves at the cap (20 MiB/s here, sequential-equivalent by the cost
+    model, which for 1 MiB reads on flash is their own rate) within 10%,
+    and the bucket is what held it (prism's throttled count); uncapped,
+    the same reader on the same device moves at least twice as fast, so
+    the cap and not the device set the pace (64 slots of 5 ms: the
+    emulated CPU is the limit)."""
+    dev = ctx["nullb_tags"]
+    cap_kib = 20480
+    reader = ["--name=idle", f"--filename=/dev/{dev}", "--direct=1", "--ioengine=libaio",
+              "--rw=read", "--bs=1m", "--iodepth=4", "--prioclass=3", "--runtime=8",
+              "--time_based", "--ramp_time=1"]
+    out = {}
+    for cap in (0, cap_kib):
+        g.set_scheduler(dev, "prism", {"low_rate_kbps": cap})
+        rep = g.fio(args=reader, timeout=120)
+        tiers = g.prism_tiers(dev)
+        stats = job(rep, "idle")
+        out[cap] = {"mib_s": stats["bw_kib"] / 1024, "iops": stats["iops"],
+                    "throttled": tiers["low"]["throttled"],
+                    "balanced": conservation(dev)["balanced"]}
+    g.set_scheduler(dev, "prism")
+    capped, free = out[cap_kib], out[0]
+    target = cap_kib / 1024
+    ok = (abs(capped["mib_s"] / target - 1) <= 0.10 and capped["throttled"] > 0
+          and free["mib_s"] >= 2 * target and free["throttled"] == 0
+          and capped["balanced"] and free["balanced"])
+    return {"ok": ok, "cap_mib_s": target, "capped": capped, "uncapped": free}
+
+
 def check_share_sweep(ctx) -> dict:
     """In sector order a tier served by its share sweeps its own streams
     in turn: three BE7 sequential readers at 1, 2 and 3 GiB under an RT
@@ -1118,6 +1152,7 @@ CHECKS = [
     ("aging", check_aging),
     ("share", check_share),
     ("share_sweep", check_share_sweep),
+    ("rate_cap", check_rate_cap),
     ("discard", check_discard),
     ("mapping_flips", check_mapping_flips),
     ("tag_reserve", check_tag_reserve),
@@ -1171,7 +1206,45 @@ def setup_cloud() -> dict:
     return {"cloud": g.disk_by_serial(g.MODEL_SERIALS["cloud"]), "size_mb": {"cloud": 64}}
 
 
-SUITES = {"main": (setup, CHECKS), "cloud": (setup_cloud, CLOUD_CHECKS)}
+def check_autoload(ctx) -> dict:
+    """The module as DKMS installed it (the host installed it into the
+    kernel's module tree before this boot; PRISM_KO is not set): with
+    prism not loaded, writing "prism" to a queue's scheduler makes the
+    kernel load prism-iosched from updates/dkms through its alias, as
+    for bfq and kyber; then it schedules, and unloads once switched away."""
+    dev = ctx["nullb"]
+    was_loaded = g.module_loaded()
+    path = g.sh("modinfo -n prism-iosched", check=False).stdout.strip()
+    wanted = g.sh("modinfo -F srcversion prism-iosched", check=False).stdout.strip()
+    offered_before = "prism" in g.schedulers(dev)[0]
+    g._write_scheduler(dev, "prism")
+    active = g.schedulers(dev)[1]
+    sysmod = Path("/sys/module/prism_iosched")
+    loaded = {f: (sysmod / f).read_text().strip() if (sysmod / f).exists() else None
+              for f in ("version", "srcversion")}
+    g.sh(f"dd if=/dev/{dev} of=/dev/null bs=4k count=100 iflag=direct")
+    books = conservation(dev)
+    g.set_scheduler(dev, "none")
+    unloaded = g.unload_prism().returncode == 0 and not g.module_loaded()
+    ok = (not was_loaded and not offered_before and "/updates/dkms/" in path
+          and active == "prism" and bool(wanted) and loaded["srcversion"] == wanted
+          and loaded["version"] == ctx["version"] and books["balanced"] and unloaded)
+    return {"ok": ok, "loaded_before": was_loaded, "offered_before": offered_before,
+            "modinfo_path": path, "installed_srcversion": wanted, "loaded": loaded,
+            "active": active, "unloaded": unloaded, **books}
+
+
+AUTOLOAD_CHECKS = [("autoload", check_autoload)]
+
+
+def setup_autoload() -> dict:
+    g.mount_debugfs()
+    version = (Path(__file__).resolve().parents[2] / "module" / "VERSION").read_text().strip()
+    return {"nullb": g.nullb_module(depth=4, completion_us=100)[0], "version": version}
+
+
+SUITES = {"main": (setup, CHECKS), "cloud": (setup_cloud, CLOUD_CHECKS),
+          "autoload": (setup_autoload, AUTOLOAD_CHECKS)}
 
 
 def main(argv=None) -> int:

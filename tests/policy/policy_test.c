@@ -957,6 +957,42 @@ TEST(share_passes_the_window_but_not_a_full_device)
 	CHECK_EQ(hold, PRISM_HOLD_WINDOW);
 }
 
+/*
+ * A depth-1 disk, HIGH with requests always queued (a database at
+ * iodepth 4), LOW owed its share: every request handed out beyond the
+ * device's one slot waits for a driver tag, so the device is full at
+ * every dispatch. LOW still gets its tenth: when it is owed, HIGH is
+ * held until the device has room, and the room is LOW's.
+ */
+TEST(share_is_paid_on_a_device_a_higher_tier_keeps_full)
+{
+	CHOOSE_SETUP;
+	enum prism_hold hold;
+	int flight[8], n = 0, i, low = 0, total = 0;
+
+	view_set(v, PRISM_LOW, PRISM_READ, 50, 10);
+	view_set(v, PRISM_HIGH, PRISM_READ, 4, 15);
+	for (i = 0; i < 4000 && total < 1000; i++) {
+		int tier;
+
+		for (tier = 0; tier < PRISM_NR_TIERS; tier++)
+			v[tier].inflight = 0;
+		for (tier = 0; tier < n; tier++)
+			v[flight[tier]].inflight++;
+		if (n < 2 && mech_choose(v, &b, &t, &depth1, 20, &c, &hold)) {
+			flight[n++] = c.tier;	/* in the device, or parked */
+			low += c.tier == PRISM_LOW;
+			total++;
+			continue;
+		}
+		/* The device completes its oldest request. */
+		CHECK(n > 0);
+		memmove(flight, flight + 1, --n * sizeof(flight[0]));
+	}
+	CHECK_EQ(total, 1000);
+	CHECK(low >= 95 && low <= 105);
+}
+
 TEST(aging_passes_window_and_depth)
 {
 	CHOOSE_SETUP;
