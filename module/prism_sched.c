@@ -272,9 +272,13 @@ struct prism_data {
 	/*
 	 * Requests on any FIFO or the dispatch list: has_work(), which the
 	 * core calls several times per request, reads this one word instead
-	 * of seven list heads spread over the tiers.
+	 * of seven list heads spread over the tiers. nr_capped: of those,
+	 * how many waited in rate-capped tiers when dispatch last found
+	 * nothing else to do; while they are all that is queued there is no
+	 * work until the rate timer (which clears it) or an insert.
 	 */
 	u32 nr_queued;
+	u32 nr_capped;
 	struct list_head dispatch;	/* at-head inserts and requeues */
 	struct prism_tier_queue tier[PRISM_NR_TIERS];
 	struct prism_batch batch;
@@ -329,6 +333,18 @@ struct prism_data {
 	int front_merges;
 	int sort_mode;
 };
+
+/*
+ * Requests joined or left the queue: count them for has_work(), and what
+ * waits is no longer only what the rate caps hold (see nr_capped).
+ */
+static inline void prism_queued_add(struct prism_data *pd, int delta)
+{
+	lockdep_assert_held(&pd->lock);
+	WRITE_ONCE(pd->nr_queued, pd->nr_queued + delta);
+	if (pd->nr_capped)
+		WRITE_ONCE(pd->nr_capped, 0);
+}
 
 static inline unsigned long prism_rq_state(struct request *rq)
 {
@@ -656,7 +672,7 @@ static void prism_remove_request(struct prism_data *pd,
 			if (!prism_flow_queued(fl))
 				prism_flow_deactivate(pd, fl);
 		}
-		WRITE_ONCE(pd->nr_queued, pd->nr_queued - 1);
+		prism_queued_add(pd, -1);
 	}
 	prism_rq_set_state(rq, st & ~(PRISM_RQ_QUEUED | PRISM_RQ_AT_HEAD |
 				      PRISM_RQ_SORTED));
@@ -930,7 +946,7 @@ static void prism_insert_request(struct prism_data *pd, struct request_queue *q,
 	if (at_head || requeue) {
 		list_add(&rq->queuelist, &pd->dispatch);
 		tq->queued_head++;
-		WRITE_ONCE(pd->nr_queued, pd->nr_queued + 1);
+		prism_queued_add(pd, 1);
 		st |= PRISM_RQ_QUEUED | PRISM_RQ_AT_HEAD;
 		prism_rq_set_state(rq, st);
 		return;
@@ -941,7 +957,7 @@ static void prism_insert_request(struct prism_data *pd, struct request_queue *q,
 	tq->queued[fifo]++;
 	fl->queued[fifo]++;
 	prism_flow_activate(pd, fl, prism_rq_weight(rq));
-	WRITE_ONCE(pd->nr_queued, pd->nr_queued + 1);
+	prism_queued_add(pd, 1);
 	st |= PRISM_RQ_QUEUED;
 	if (fifo == PRISM_SYNC_WRITE)
 		st |= PRISM_RQ_SYNC_FIFO;
@@ -1263,6 +1279,8 @@ static enum hrtimer_restart prism_rate_timer(struct hrtimer *timer)
 	struct prism_data *pd = container_of(timer, struct prism_data,
 					     rate_timer);
 
+	/* Work again: the queue run below must find it. */
+	WRITE_ONCE(pd->nr_capped, 0);
 	blk_mq_run_hw_queues(pd->q, true);
 	return HRTIMER_NORESTART;
 }
@@ -1298,21 +1316,33 @@ static bool prism_tier_throttled(struct prism_data *pd, int t, u64 rate,
 	return true;
 }
 
-/* Throttled tiers wait: run the queue when the first bucket refills. */
+/*
+ * Throttled tiers wait: run the queue when the first bucket refills. If
+ * their requests are all that is queued, has_work() says so meanwhile,
+ * or the core would re-run the queue every few milliseconds for nothing.
+ */
 static void prism_rate_hold(struct prism_data *pd,
 			    const struct prism_tunables *tun, u32 throttled,
 			    u64 now)
 {
 	u64 wait = U64_MAX;
+	u32 capped = 0;
 	int t;
 
-	for (t = 0; t < PRISM_NR_TIERS; t++)
-		if (throttled & BIT(t))
-			wait = min(wait, prism_bucket_wait(&pd->tier[t].bucket,
-							   prism_tier_rate(pd, tun, t),
-							   now));
+	for (t = 0; t < PRISM_NR_TIERS; t++) {
+		if (!(throttled & BIT(t)))
+			continue;
+		capped += pd->tier[t].queued[PRISM_READ] +
+			  pd->tier[t].queued[PRISM_WRITE] +
+			  pd->tier[t].queued[PRISM_SYNC_WRITE];
+		wait = min(wait, prism_bucket_wait(&pd->tier[t].bucket,
+						   prism_tier_rate(pd, tun, t),
+						   now));
+	}
 	if (wait == U64_MAX)
 		return;
+	if (capped == pd->nr_queued)
+		WRITE_ONCE(pd->nr_capped, capped);
 	hrtimer_start_range_ns(&pd->rate_timer, ns_to_ktime(wait),
 			       NSEC_PER_USEC * 100, HRTIMER_MODE_REL);
 }
@@ -1534,7 +1564,9 @@ static bool prism_has_work(struct blk_mq_hw_ctx *hctx)
 {
 	struct prism_data *pd = hctx->queue->elevator->elevator_data;
 
-	return READ_ONCE(pd->nr_queued);
+	u32 queued = READ_ONCE(pd->nr_queued);
+
+	return queued && queued != READ_ONCE(pd->nr_capped);
 }
 
 /* Whether @tier owns requests or completed one just now; lockless. */

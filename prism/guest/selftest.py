@@ -745,7 +745,8 @@ def check_rate_cap(ctx) -> dict:
     and the bucket is what held it (prism's throttled count); uncapped,
     the same reader on the same device moves at least twice as fast, so
     the cap and not the device set the pace (64 slots of 5 ms: the
-    emulated CPU is the limit)."""
+    emulated CPU is the limit). While it waits for its bucket nothing
+    polls."""
     dev = ctx["nullb_tags"]
     cap_kib = 20480
     reader = ["--name=idle", f"--filename=/dev/{dev}", "--direct=1", "--ioengine=libaio",
@@ -763,7 +764,10 @@ def check_rate_cap(ctx) -> dict:
     g.set_scheduler(dev, "prism")
     capped, free = out[cap_kib], out[0]
     target = cap_kib / 1024
-    ok = (abs(capped["mib_s"] / target - 1) <= 0.10 and capped["throttled"] > 0
+    # Dispatch finds the bucket empty when the rate timer or a completion
+    # runs the queue: a few dozen times a second, not blk-mq's every 3 ms
+    # (has_work() sees the cap).
+    ok = (abs(capped["mib_s"] / target - 1) <= 0.10 and 0 < capped["throttled"] < 60 * 9
           and free["mib_s"] >= 2 * target and free["throttled"] == 0
           and capped["balanced"] and free["balanced"])
     return {"ok": ok, "cap_mib_s": target, "capped": capped, "uncapped": free}
