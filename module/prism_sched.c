@@ -1007,9 +1007,10 @@ static void prism_insert_requests(struct blk_mq_hw_ctx *hctx,
 	blk_mq_free_requests(&free);
 }
 
-static inline bool tq_queued(const struct prism_tier_queue *tq)
+/* Requests on the tier's flows' FIFOs (not the at-head list). */
+static inline u32 tq_queued(const struct prism_tier_queue *tq)
 {
-	return tq->queued[PRISM_READ] || tq->queued[PRISM_WRITE] ||
+	return tq->queued[PRISM_READ] + tq->queued[PRISM_WRITE] +
 	       tq->queued[PRISM_SYNC_WRITE];
 }
 
@@ -1332,9 +1333,7 @@ static void prism_rate_hold(struct prism_data *pd,
 	for (t = 0; t < PRISM_NR_TIERS; t++) {
 		if (!(throttled & BIT(t)))
 			continue;
-		capped += pd->tier[t].queued[PRISM_READ] +
-			  pd->tier[t].queued[PRISM_WRITE] +
-			  pd->tier[t].queued[PRISM_SYNC_WRITE];
+		capped += tq_queued(&pd->tier[t]);
 		wait = min(wait, prism_bucket_wait(&pd->tier[t].bucket,
 						   prism_tier_rate(pd, tun, t),
 						   now));
@@ -2362,9 +2361,7 @@ static int prism_tiers_show(void *data, struct seq_file *m)
 
 		seq_printf(m, "%s %u %llu %llu %llu %llu %llu %llu %llu %lld %llu %llu %llu %llu %llu\n",
 			   prism_tier_name[t],
-			   tq->queued[PRISM_READ] + tq->queued[PRISM_WRITE] +
-			   tq->queued[PRISM_SYNC_WRITE] +
-			   tq->queued_head,
+			   tq_queued(tq) + tq->queued_head,
 			   tq->inserted, tq->requeued, tq->dispatched,
 			   tq->merged, tq->aged, tq->shared, tq->expired,
 			   completed, prism_inflight(tq), prism_owned(tq),

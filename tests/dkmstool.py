@@ -41,3 +41,11 @@ def add_build_install(tmp: Path, k: kernels.Kernel, installtree: Path | None = N
 def installed_kos(k: kernels.Kernel) -> list[Path]:
     """prism-iosched as DKMS installs it in @k's own module tree."""
     return list((k.modules_dir / "updates" / "dkms").glob("prism-iosched.ko*"))
+
+
+def package_installed() -> bool:
+    """Whether dpkg knows prism-iosched-dkms as installed here (a user's
+    package, which the tests leave alone)."""
+    state = subprocess.run(["dpkg-query", "-W", "-f=${Status}", "prism-iosched-dkms"],
+                           capture_output=True, text=True).stdout
+    return "installed" in state

@@ -9,6 +9,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import dkmstool
 import pytest
 
 from prism.host import kernels
@@ -57,9 +58,7 @@ def test_apt_installs_it_and_dkms_builds_both_kernels(deb):
     _need("apt-get", "dkms")
     if os.geteuid() != 0:
         pytest.skip("installing a package needs root")
-    state = subprocess.run(["dpkg-query", "-W", "-f=${Status}", "prism-iosched-dkms"],
-                           capture_output=True, text=True).stdout
-    if "installed" in state:
+    if dkmstool.package_installed():
         pytest.skip("prism-iosched-dkms is installed on this machine: not touching it")
     env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
     r = subprocess.run(["apt-get", "install", "-y", "-q", "--no-install-recommends",

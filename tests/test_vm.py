@@ -8,7 +8,6 @@ Skipped with --no-vm. Kernels: --kernels 6.1,6.12 (default both).
 
 import json
 import shutil
-import subprocess
 
 import dkmstool
 import pytest
@@ -63,9 +62,7 @@ def autoload_boot(kernel, request, tmp_path_factory):
     if not shutil.which("dkms"):
         pytest.skip("dkms not installed (apt-get install dkms; scripts/setup.sh does)")
     k = kernels.get(kernel)
-    state = subprocess.run(["dpkg-query", "-W", "-f=${Status}", "prism-iosched-dkms"],
-                           capture_output=True, text=True).stdout
-    if "installed" in state or dkmstool.installed_kos(k):
+    if dkmstool.package_installed() or dkmstool.installed_kos(k):
         pytest.skip(f"prism-iosched is installed for {k.abi} on this machine: not touching it")
     kernels.fetch(k)
     tmp = tmp_path_factory.mktemp(f"dkms-{kernel}")

@@ -49,6 +49,9 @@ void register_test(const char *name, void (*fn)(void));
 	}								\
 	static void test_##tname(void)
 
+/* A device with room for everything: no in-flight limit ever applies. */
+static const struct prism_flight unlimited = { 1U << 30, 1U << 30, 0 };
+
 /*
  * The mechanism's dispatch decision with one flow per tier (flow id =
  * tier, its lists the tier's): tell prism_choose() what the batch's flow

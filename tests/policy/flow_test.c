@@ -478,7 +478,6 @@ TEST(batch_ends_at_the_quantum)
 	struct prism_batch b;
 	struct prism_choice c;
 	enum prism_hold hold;
-	static const struct prism_flight room = { 1U << 30, 1U << 30, 0 };
 	int n = 0;
 
 	memset(v, 0, sizeof(v));
@@ -488,7 +487,7 @@ TEST(batch_ends_at_the_quantum)
 	t.quantum = 10000000;	/* 10 ms */
 	/* 3 ms requests: the fourth passes the quantum and ends the batch. */
 	do {
-		CHECK(mech_choose_cost(v, &b, &t, &room, 0, &c, &hold, 3000000));
+		CHECK(mech_choose_cost(v, &b, &t, &unlimited, 0, &c, &hold, 3000000));
 		n++;
 	} while (c.batch || n == 1);
 	CHECK_EQ(n, 5);	/* four in the batch, then a new one */
@@ -505,7 +504,6 @@ TEST(tier_share_counts_cost)
 	struct prism_batch b;
 	struct prism_choice c;
 	enum prism_hold hold;
-	static const struct prism_flight room = { 1U << 30, 1U << 30, 0 };
 	u64 cost[PRISM_NR_TIERS] = { 0 };
 	int i, n_low = 0;
 
@@ -520,9 +518,9 @@ TEST(tier_share_counts_cost)
 		u64 cst;
 
 		memcpy(pv, v, sizeof(pv));
-		CHECK(mech_choose_cost(pv, &peek, &t, &room, 0, &c, &hold, 1));
+		CHECK(mech_choose_cost(pv, &peek, &t, &unlimited, 0, &c, &hold, 1));
 		cst = c.tier == PRISM_LOW ? 10000000 : 100000;
-		CHECK(mech_choose_cost(v, &b, &t, &room, 0, &c, &hold, cst));
+		CHECK(mech_choose_cost(v, &b, &t, &unlimited, 0, &c, &hold, cst));
 		cost[c.tier] += cst;
 		n_low += c.tier == PRISM_LOW;
 	}

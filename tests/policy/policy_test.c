@@ -45,11 +45,10 @@ static struct prism_tunables defaults(void)
 	prism_batch_reset(&b)
 
 /*
- * mech_choose() on a device with room for everything: the v1 behaviour,
- * which the in-flight control leaves alone while no higher tier is active.
+ * mech_choose() on a device with room for everything (unlimited, check.h):
+ * the v1 behaviour, which the in-flight control leaves alone while no
+ * higher tier is active.
  */
-static const struct prism_flight unlimited = { 1U << 30, 1U << 30, 0 };
-
 static bool choose(struct prism_tier_view v[PRISM_NR_TIERS],
 		   struct prism_batch *b, const struct prism_tunables *t,
 		   unsigned long now, struct prism_choice *c)
