@@ -13,6 +13,10 @@ def pytest_addoption(parser):
                      help="skip the tests that boot kernels under QEMU")
     parser.addoption("--no-blktests", action="store_true",
                      help="skip blktests' block tests (tests/test_blktests.py)")
+    parser.addoption("--blktests-kernels",
+                     default=os.environ.get("PRISM_BLKTESTS_KERNELS", "6.12"),
+                     help="kernels blktests runs on (default 6.12, five minutes a kernel; "
+                     "6.1,6.12 for both)")
 
 
 def pytest_generate_tests(metafunc):
@@ -22,3 +26,7 @@ def pytest_generate_tests(metafunc):
         series = [s.strip() for s in metafunc.config.getoption("--kernels").split(",")
                   if s.strip()]
         metafunc.parametrize("kernel", series, scope="session")
+    if "blktests_kernel" in metafunc.fixturenames:
+        series = [s.strip() for s in
+                  metafunc.config.getoption("--blktests-kernels").split(",") if s.strip()]
+        metafunc.parametrize("blktests_kernel", series, scope="session")
