@@ -45,6 +45,7 @@ void prism_tunables_init(struct prism_tunables *t, unsigned int hz)
 	/* In-flight control: both derived from what the device shows. */
 	t->anticipate = PRISM_AUTO;
 	t->target = 0;
+	t->flow_idle = PRISM_AUTO;
 	/*
 	 * A flow's turn: 16 ms of device time, a few MB of a stream on a disk
 	 * (bfq's budgets are of the same order), far more than fifo_batch
@@ -67,7 +68,8 @@ bool prism_tunables_valid(const struct prism_tunables *t)
 	return t->be_high_max >= -1 && t->be_high_max < t->be_low_min &&
 	       t->be_low_min <= 8 && t->share[PRISM_NORMAL] <= PRISM_SHARE_MAX &&
 	       t->share[PRISM_LOW] <= PRISM_SHARE_MAX &&
-	       t->anticipate >= PRISM_AUTO && t->quantum &&
+	       t->anticipate >= PRISM_AUTO && t->flow_idle >= PRISM_AUTO &&
+	       t->quantum &&
 	       t->flow_depth >= 1 && t->flow_depth <= 100;
 }
 
@@ -303,6 +305,15 @@ static bool tier_active(const struct prism_tier_view *v)
 	return tier_queued(v) || v->inflight || v->anticipated || v->flushing;
 }
 
+/* The open batch in @tier waits for its flow (see prism_flow_expected()). */
+static bool batch_waits(const struct prism_tier_view view[PRISM_NR_TIERS],
+			const struct prism_batch *b,
+			const struct prism_tunables *t, int tier)
+{
+	return b->tier == tier && view[tier].flow_waits &&
+	       prism_batch_may_wait(b, t);
+}
+
 /* Close the open batch: the next dispatch arbitrates afresh. */
 static void batch_close(struct prism_batch *b)
 {
@@ -329,6 +340,12 @@ static void batch_close(struct prism_batch *b)
  * one in flight only within the device's depth and lower_limit. Shares
  * pass the window, since a share is what bounds the wait of the tiers
  * below, but not the depth; aging passes both.
+ *
+ * A batch whose flow has nothing queued but is expected back (flow_waits)
+ * holds its tier's other flows, within its turn's bounds, and, while the
+ * device holds nothing of its tier (an idle gap, not a request in
+ * service, which depth control governs), the tiers below, as an
+ * anticipated tier does: shares and aging pass.
  */
 bool prism_choose(const struct prism_tier_view view[PRISM_NR_TIERS],
 		  struct prism_batch *b, const struct prism_tunables *t,
@@ -340,7 +357,7 @@ bool prism_choose(const struct prism_tier_view view[PRISM_NR_TIERS],
 
 	*hold = PRISM_HOLD_NONE;
 	for (guard = 0; guard < PRISM_NR_TIERS; guard++)
-		if (tier_active(&view[guard]))
+		if (tier_active(&view[guard]) || batch_waits(view, b, t, guard))
 			break;
 	for (tier = guard; tier < PRISM_NR_TIERS; tier++)
 		if (tier_queued(&view[tier]))
@@ -373,6 +390,11 @@ bool prism_choose(const struct prism_tier_view view[PRISM_NR_TIERS],
 				*hold = PRISM_HOLD_WINDOW;
 				return false;
 			}
+			if (!view[above].inflight &&
+			    batch_waits(view, b, t, above)) {
+				*hold = PRISM_HOLD_FLOW;
+				return false;
+			}
 		}
 		if (!depth_allows(view, tier, f)) {
 			*hold = PRISM_HOLD_DEPTH;
@@ -389,6 +411,11 @@ bool prism_choose(const struct prism_tier_view view[PRISM_NR_TIERS],
 		c->batch = true;
 		b->count++;
 		return true;
+	}
+	if (batch_waits(view, b, t, tier)) {
+		/* Other flows of the tier are queued; its turn is not over. */
+		*hold = PRISM_HOLD_FLOW;
+		return false;
 	}
 	c->flow = -1;
 	return true;
@@ -706,6 +733,21 @@ u64 prism_window(const struct prism_depth_ctl *d,
 }
 
 /*
+ * How long a flow's turn waits for its next request (see
+ * prism_flow_expected()): automatically the tier window on rotational
+ * media, where keeping a stream on the disk saves seeks as well as its
+ * place in the fair queue; on flash an idle device costs more than the
+ * order of service gains, so never, as bfq on a queueing SSD.
+ */
+u64 prism_flow_window(const struct prism_depth_ctl *d,
+		      const struct prism_tunables *t, bool rotational)
+{
+	if (t->flow_idle != PRISM_AUTO)
+		return (u64)t->flow_idle;
+	return rotational ? prism_window(d, t, rotational) : 0;
+}
+
+/*
  * Default coefficients. Rotational: a 7200 rpm disk in the band a
  * workload keeps to (150 MB/s streaming; a 4 KiB random I/O about 6.5 ms:
  * a short seek and half a turn; a sequential one 0.2 ms of command
@@ -1004,6 +1046,25 @@ void prism_fq_activate(struct prism_fq *fq, struct prism_fq_flow *f,
 	fq->nr++;
 }
 
+/*
+ * A flow comes back while it was expected (prism_flow_expected(): a
+ * request of it still in the device, or within the window after its
+ * last completion): it keeps its start, what it is owed as much as any
+ * debt, as if it had stayed backlogged through the gap. A stream issuing
+ * one request at a time is never backlogged when the device frees, and
+ * were it restarted at the tier's virtual time at each return, it would
+ * forfeit its weight: flows of every weight would be served alike.
+ */
+void prism_fq_return(struct prism_fq *fq, struct prism_fq_flow *f, u32 weight)
+{
+	if (f->backlogged)
+		return;
+	f->weight = weight ? weight : 1;
+	f->backlogged = true;
+	fq->wsum += f->weight;
+	fq->nr++;
+}
+
 void prism_fq_deactivate(struct prism_fq *fq, struct prism_fq_flow *f)
 {
 	if (!f->backlogged)
@@ -1024,6 +1085,22 @@ void prism_fq_charge(struct prism_fq *fq, struct prism_fq_flow *f, u64 cost)
 	f->start += prism_vt_delta(cost, f->weight);
 	f->est = cost;
 	fq->vtime += prism_vt_delta(cost, fq->wsum ? fq->wsum : f->weight);
+}
+
+/*
+ * The device idled @ns for a flow's expected next request: that time was
+ * the flow's (it held the device), so its virtual time moves as if it had
+ * been served that long, and the tier's with it. Its turn's cost is not
+ * touched: the turn bounds how much a stream gets at a time, not how long
+ * it may take.
+ */
+void prism_fq_charge_idle(struct prism_fq *fq, struct prism_fq_flow *f,
+			  u64 ns)
+{
+	u32 wsum = fq->wsum + (f->backlogged ? 0 : f->weight);
+
+	f->start += prism_vt_delta(ns, f->weight);
+	fq->vtime += prism_vt_delta(ns, wsum ? wsum : 1);
 }
 
 /*

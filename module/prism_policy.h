@@ -101,6 +101,14 @@ struct prism_tunables {
 	s64 anticipate;
 	u64 target;
 	/*
+	 * flow_idle: how long a flow's turn waits for its next request once
+	 * it has none queued (bfq's slice_idle), so a stream keeps the disk
+	 * and its place in the fair queue across the gap between its
+	 * requests (0: never; PRISM_AUTO: the tier window on rotational
+	 * media, never on flash). See prism_flow_window().
+	 */
+	s64 flow_idle;
+	/*
 	 * Flows (see "Flows" below). quantum: ns of estimated device time
 	 * one flow's batch may take before the tier's fair queue chooses
 	 * again. flow_depth: % of the scheduler tags one flow may hold while
@@ -149,6 +157,13 @@ struct prism_tier_view {
 	 * can go on.
 	 */
 	u32 batch_left;
+	/*
+	 * The batch's flow has nothing queued and is expected back (see
+	 * prism_flow_expected()), for the tier the batch is open in: within
+	 * its turn (prism_batch_may_wait()) the tier holds the device for it;
+	 * past it, the flow still competes for the next turn.
+	 */
+	bool flow_waits;
 };
 
 /* What the device holds, for the in-flight control of lower tiers. */
@@ -208,6 +223,7 @@ enum prism_hold {
 	PRISM_HOLD_NONE = 0,	/* nothing queued, or not held */
 	PRISM_HOLD_WINDOW = 1,	/* a higher tier is anticipated */
 	PRISM_HOLD_DEPTH = 2,	/* the device or the lower limit is full */
+	PRISM_HOLD_FLOW = 3,	/* the batch's flow is expected back */
 };
 
 /* A flow's sequential detector. */
@@ -362,6 +378,51 @@ static inline bool prism_anticipated(const struct prism_think *th, u64 now,
 }
 
 /*
+ * Idling for a flow (bfq's slice_idle, the anticipatory scheduler's
+ * wait): a stream that has nothing queued between two requests, because
+ * its next one is issued only when the last completes, would lose the
+ * disk to another flow (a seek, and another seek back) and, no longer
+ * backlogged, its place in the fair queue, so that flows of any weight
+ * end up served in turn. Instead its turn waits for it: while a request
+ * of it is in the device (at most PRISM_FLOW_WAIT_MAX after its last
+ * dispatch, so a stuck request cannot hold the others for long), and for
+ * @window after its last completion if its think time is within the
+ * window. A flow without enough think samples yet is given the benefit
+ * of the doubt: a wrong guess costs one window.
+ */
+#define PRISM_FLOW_WAIT_MAX	100000000ULL	/* 100 ms */
+
+static inline bool prism_flow_expected(const struct prism_think *th,
+				       u64 inflight, u64 dispatched, u64 now,
+				       u64 window)
+{
+	if (!window)
+		return false;
+	if (inflight)
+		return now - dispatched < PRISM_FLOW_WAIT_MAX;
+	return th->last_done && now - th->last_done < window &&
+	       (th->samples < PRISM_THINK_MIN || th->mean <= window);
+}
+
+/*
+ * Whether a flow whose request arrives while it is not backlogged comes
+ * back to the fair queue where it left (prism_fq_return()) rather than at
+ * the tier's virtual time: when it still has a request in the device, or
+ * its last one completed less than PRISM_FLOW_RETURN ago. A stream whose
+ * think time is longer than the window loses the disk at each gap, but
+ * not its weight. What it can bank is bounded: its weighted part of the
+ * service the others got while it was away, at most that horizon's.
+ */
+#define PRISM_FLOW_RETURN	100000000ULL	/* 100 ms */
+
+static inline bool prism_flow_returning(const struct prism_think *th,
+					u64 inflight, u64 now)
+{
+	return inflight ||
+	       (th->last_done && now - th->last_done < PRISM_FLOW_RETURN);
+}
+
+/*
  * Depth control: while a higher tier is active, how many requests of the
  * tiers below it may be in flight, adapted to the higher tiers' device
  * time (dispatch to completion) against a target: over it the limit is cut
@@ -410,6 +471,8 @@ void prism_depth_idle(struct prism_depth_ctl *d, u64 now, u32 depth);
 void prism_bulk_sample(struct prism_depth_ctl *d, u64 service);
 u64 prism_window(const struct prism_depth_ctl *d,
 		 const struct prism_tunables *t, bool rotational);
+u64 prism_flow_window(const struct prism_depth_ctl *d,
+		      const struct prism_tunables *t, bool rotational);
 
 /*
  * Flows. A flow is the work of one submitter at one tier: a process
@@ -628,8 +691,11 @@ static inline u64 prism_fq_finish(const struct prism_fq_flow *f)
 
 void prism_fq_activate(struct prism_fq *fq, struct prism_fq_flow *f,
 		       u32 weight);
+void prism_fq_return(struct prism_fq *fq, struct prism_fq_flow *f, u32 weight);
 void prism_fq_deactivate(struct prism_fq *fq, struct prism_fq_flow *f);
 void prism_fq_charge(struct prism_fq *fq, struct prism_fq_flow *f, u64 cost);
+void prism_fq_charge_idle(struct prism_fq *fq, struct prism_fq_flow *f,
+			  u64 ns);
 bool prism_fq_reclaimable(const struct prism_fq *fq,
 			  const struct prism_fq_flow *f);
 
@@ -664,6 +730,32 @@ int prism_fq_pick_done(struct prism_fq_pick *p, struct prism_fq *fq);
  */
 u32 prism_flow_alloc_depth(u64 owned, bool others, u32 nr_requests,
 			   const struct prism_tunables *t);
+
+/*
+ * Whether the open batch's turn has room left to wait for its flow: the
+ * same bounds as its going on (fifo_batch requests, quantum of cost).
+ */
+static inline bool prism_batch_may_wait(const struct prism_batch *b,
+					const struct prism_tunables *t)
+{
+	return b->tier >= 0 && b->flow >= 0 && b->count < t->fifo_batch &&
+	       b->cost < t->quantum;
+}
+
+/*
+ * The fair queue gave a new turn to the batch's own flow, which has nothing
+ * queued but is expected back (the mechanism lets it compete for the turn
+ * as if it were backlogged, as bfq keeps an idling queue in service): the
+ * turn starts afresh and waits for it.
+ */
+static inline void prism_batch_wait_turn(struct prism_batch *b, int tier,
+					 int flow)
+{
+	b->tier = tier;
+	b->flow = flow;
+	b->count = 0;
+	b->cost = 0;
+}
 
 /* The first list of a new batch inside the chosen flow; see prism_choose(). */
 void prism_choose_in_flow(const struct prism_tier_view *fv,

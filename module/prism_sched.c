@@ -184,6 +184,17 @@ struct prism_flow {
 	u64 cost;		/* ns of estimated device time served */
 	u64 bytes;
 	unsigned long last_used;	/* jiffies of its last insert */
+	/*
+	 * Idling for the flow (prism_flow_expected()), kept while
+	 * pd->flow_idling: done_ns, ktime of its last completion, written
+	 * locklessly by finish_request(); the rest under the lock. returning:
+	 * its latest request arrived while it was expected, so it comes back
+	 * to the fair queue where it left (prism_fq_return()).
+	 */
+	u64 done_ns;
+	u64 dispatch_ns;
+	struct prism_think think;
+	bool returning;
 	char comm[TASK_COMM_LEN];
 };
 
@@ -321,9 +332,18 @@ struct prism_data {
 	struct hrtimer rate_timer;	/* runs the queue once a bucket refills */
 	u64 held_window;
 	u64 held_depth;
+	u64 held_flow;
 	u64 idle_since;		/* ns: a window hold began; 0: none */
 	int idle_tier;		/* the tier it held for */
+	int idle_flow;		/* the flow slot it idled for, -1: a tier */
 	atomic64_t window_runs;
+	/*
+	 * Idling for flows: the window (ns, 0: off), set at each dispatch
+	 * from the tunable and the media; flow_idling mirrors it for
+	 * finish_request(), which reads it locklessly.
+	 */
+	u64 flow_window;
+	bool flow_idling;
 
 	/*
 	 * Tunables: replaced whole under lock (prism_attr_store), read under
@@ -486,6 +506,10 @@ static void prism_flow_reset(struct prism_data *pd, struct prism_flow *fl,
 	fl->cost = 0;
 	fl->bytes = 0;
 	fl->last_used = jiffies;
+	WRITE_ONCE(fl->done_ns, 0);
+	fl->dispatch_ns = 0;
+	fl->think = (struct prism_think){ };
+	fl->returning = false;
 	if (id && current->tgid == id)
 		strscpy(fl->comm, current->comm, sizeof(fl->comm));
 	else
@@ -618,7 +642,10 @@ static struct request *prism_sorted_from(struct rb_root *root, sector_t pos)
 	return res;
 }
 
-/* A flow with requests on its lists is on its tier's backlogged list. */
+/*
+ * A flow with requests on its lists is on its tier's backlogged list; one
+ * that was expected back keeps its place in the fair queue.
+ */
 static void prism_flow_activate(struct prism_data *pd, struct prism_flow *fl,
 				u32 weight)
 {
@@ -626,8 +653,30 @@ static void prism_flow_activate(struct prism_data *pd, struct prism_flow *fl,
 
 	if (fl->fq.backlogged)
 		return;
-	prism_fq_activate(&tq->fq, &fl->fq, weight);
+	if (fl->returning)
+		prism_fq_return(&tq->fq, &fl->fq, weight);
+	else
+		prism_fq_activate(&tq->fq, &fl->fq, weight);
+	fl->returning = false;
 	list_add_tail(&fl->active, &tq->active);
+}
+
+/*
+ * A request of @fl arrives (before it is counted) while flows are idled
+ * for: whether the flow returns to its place in the fair queue, and, if
+ * it owned nothing, its think time since its last completion.
+ */
+static void prism_flow_arrival(struct prism_data *pd, struct prism_flow *fl)
+{
+	u64 owned = prism_flow_owned(fl), now = ktime_get_ns();
+	u32 queued = prism_flow_queued(fl);
+
+	fl->think.last_done = READ_ONCE(fl->done_ns);
+	fl->returning = prism_flow_returning(&fl->think,
+					     owned > queued ? owned - queued : 0,
+					     now);
+	if (!owned)
+		prism_think_sample(&fl->think, now);
 }
 
 static void prism_flow_deactivate(struct prism_data *pd, struct prism_flow *fl)
@@ -868,6 +917,8 @@ static unsigned long prism_first_insert(struct prism_data *pd,
 	if (fl->rt != (IOPRIO_PRIO_CLASS(ioprio) == IOPRIO_CLASS_RT))
 		WRITE_ONCE(fl->rt, !fl->rt);
 	fl->last_used = jiffies;
+	if (pd->flow_window)
+		prism_flow_arrival(pd, fl);
 	WRITE_ONCE(fl->inserted, fl->inserted + 1);
 
 	/*
@@ -1082,8 +1133,13 @@ static void prism_tier_view(struct prism_data *pd, int t,
 	}
 }
 
-/* The tier's fair queue chooses the flow that starts a turn (WF2Q+). */
-static struct prism_flow *prism_fq_select(struct prism_data *pd, int t)
+/*
+ * The tier's fair queue chooses the flow that starts a turn (WF2Q+), among
+ * its backlogged flows and @expected, the batch's flow if it has nothing
+ * queued but is expected back: it competes as if backlogged.
+ */
+static struct prism_flow *prism_fq_select(struct prism_data *pd, int t,
+					  struct prism_flow *expected)
 {
 	struct prism_tier_queue *tq = &pd->tier[t];
 	struct prism_fq_pick p;
@@ -1094,6 +1150,9 @@ static struct prism_flow *prism_fq_select(struct prism_data *pd, int t)
 	list_for_each_entry(fl, &tq->active, active)
 		prism_fq_pick_consider(&p, &tq->fq, &fl->fq,
 				       prism_flow_slot(pd, fl));
+	if (expected)
+		prism_fq_pick_consider(&p, &tq->fq, &expected->fq,
+				       prism_flow_slot(pd, expected));
 	slot = prism_fq_pick_done(&p, &tq->fq);
 	return slot >= 0 ? &pd->flows[slot] : NULL;
 }
@@ -1374,11 +1433,90 @@ static void prism_hold(struct prism_data *pd, struct blk_mq_hw_ctx *hctx,
 			;
 		pd->idle_since = now;
 		pd->idle_tier = t;
+		pd->idle_flow = -1;
 	}
 	end = prism_window_end(pd, view, window);
 	hrtimer_start_range_ns(&pd->window_timer,
 			       ns_to_ktime(end > now ? end - now : 0),
 			       NSEC_PER_USEC * 50, HRTIMER_MODE_REL);
+}
+
+/*
+ * Held for the batch's flow @fl (PRISM_HOLD_FLOW): until its request in
+ * the device completes (the restart flag runs the queue then), or, with
+ * none there, until its window after its last completion closes. Only
+ * the latter idles the device, and that time is the flow's.
+ */
+static void prism_flow_hold(struct prism_data *pd, struct blk_mq_hw_ctx *hctx,
+			    struct prism_flow *fl, u64 now)
+{
+	u64 end;
+
+	blk_mq_sched_mark_restart_hctx(hctx);
+	pd->held_flow++;
+	if (prism_flow_owned(fl)) {
+		end = fl->dispatch_ns + PRISM_FLOW_WAIT_MAX;
+	} else {
+		end = fl->think.last_done + pd->flow_window;
+		if (!pd->idle_since) {
+			pd->idle_since = now;
+			pd->idle_tier = fl->tier;
+			pd->idle_flow = prism_flow_slot(pd, fl);
+		}
+	}
+	hrtimer_start_range_ns(&pd->window_timer,
+			       ns_to_ktime(end > now ? end - now : 0),
+			       NSEC_PER_USEC * 50, HRTIMER_MODE_REL);
+}
+
+static u32 prism_tier_limit(struct prism_data *pd, const struct prism_tunables *t,
+			    enum prism_tier tier, u32 nr, unsigned long now);
+
+/*
+ * Whether @fl's next request could get a scheduler tag: not while the
+ * requests owned fill every tag, or the part of them its tier's tag
+ * reserve lets it allocate from (see prism_tier_limit()). Idling for a
+ * flow that cannot submit only keeps the tags from coming free: on a
+ * depth-1 disk at the kernel's default nr_requests of 2, two other
+ * flows' queued requests are enough.
+ */
+static bool prism_flow_can_allocate(struct prism_data *pd,
+				    struct prism_flow *fl)
+{
+	u32 nr = pd->q->nr_requests, limit;
+	u64 owned = 0;
+	int t;
+
+	for (t = 0; t < PRISM_NR_TIERS; t++)
+		owned += prism_owned(&pd->tier[t]);
+	limit = prism_tier_limit(pd, prism_tun(pd), fl->tier, nr, jiffies);
+	return owned < (limit ? limit : nr);
+}
+
+/*
+ * The batch's flow, if it has nothing queued and is expected back: its
+ * view then says so (flow_waits), and prism_choose() may hold for it.
+ */
+static struct prism_flow *prism_flow_waited(struct prism_data *pd,
+					    struct prism_tier_view *view,
+					    u32 throttled, u64 *now)
+{
+	struct prism_flow *fl;
+
+	if (!pd->flow_window || pd->batch.tier < 0 || pd->batch.flow < 0)
+		return NULL;
+	fl = &pd->flows[pd->batch.flow];
+	if (!fl->key || fl->tier != pd->batch.tier || fl->fq.backlogged ||
+	    (throttled & BIT(fl->tier)) || !prism_flow_can_allocate(pd, fl))
+		return NULL;
+	if (!*now)
+		*now = ktime_get_ns();
+	fl->think.last_done = READ_ONCE(fl->done_ns);
+	if (!prism_flow_expected(&fl->think, prism_flow_owned(fl),
+				 fl->dispatch_ns, *now, pd->flow_window))
+		return NULL;
+	view[fl->tier].flow_waits = true;
+	return fl;
 }
 
 static struct request *prism_dispatch_request(struct blk_mq_hw_ctx *hctx)
@@ -1390,7 +1528,7 @@ static struct request *prism_dispatch_request(struct blk_mq_hw_ctx *hctx)
 	struct prism_tier_queue *tq;
 	struct prism_flight flight;
 	struct prism_choice c;
-	struct prism_flow *fl;
+	struct prism_flow *fl, *waited;
 	enum prism_hold hold;
 	struct request *rq;
 	u64 now = 0, window = 0, cost, rate;
@@ -1406,9 +1544,14 @@ static struct request *prism_dispatch_request(struct blk_mq_hw_ctx *hctx)
 
 	prism_update_order(pd, q);
 	tun = prism_tun(pd);
+	pd->flow_window = prism_flow_window(&pd->depth, tun,
+					    !blk_queue_nonrot(q));
+	if (pd->flow_idling != !!pd->flow_window)
+		WRITE_ONCE(pd->flow_idling, !!pd->flow_window);
 	for (t = 0; t < PRISM_NR_TIERS; t++) {
 		prism_tier_view(pd, t, &view[t]);
 		view[t].batch_left = 0;
+		view[t].flow_waits = false;
 		if (!tq_queued(&pd->tier[t]))
 			continue;
 		rate = prism_tier_rate(pd, tun, t);
@@ -1430,6 +1573,8 @@ static struct request *prism_dispatch_request(struct blk_mq_hw_ctx *hctx)
 			view[fl->tier].batch_left = fl->queued[pd->batch.dir];
 	}
 	prism_view_flight(pd, q, view, first, &flight, &now, &window);
+	waited = queued_tiers ? prism_flow_waited(pd, view, throttled, &now) :
+				NULL;
 
 	flight.depth = prism_device_depth(q);
 	if (atomic64_read(&pd->lat.all) || atomic64_read(&pd->lat.solo) ||
@@ -1449,7 +1594,9 @@ static struct request *prism_dispatch_request(struct blk_mq_hw_ctx *hctx)
 		prism_learn_fold(pd);
 	flight.lower_limit = pd->depth.limit;
 	if (!prism_choose(view, &pd->batch, tun, &flight, jiffies, &c, &hold)) {
-		if (hold != PRISM_HOLD_NONE)
+		if (hold == PRISM_HOLD_FLOW)
+			prism_flow_hold(pd, hctx, waited, now);
+		else if (hold != PRISM_HOLD_NONE)
 			prism_hold(pd, hctx, hold, view, now, window);
 		if (throttled)
 			prism_rate_hold(pd, tun, throttled, now);
@@ -1460,12 +1607,20 @@ static struct request *prism_dispatch_request(struct blk_mq_hw_ctx *hctx)
 		/* A new turn in the tier: its fair queue names the flow. */
 		struct prism_tier_view fv;
 
-		fl = prism_fq_select(pd, c.tier);
+		fl = prism_fq_select(pd, c.tier,
+				     waited && waited->tier == c.tier ? waited :
+									NULL);
 		if (WARN_ON_ONCE(!fl)) {
 			prism_batch_reset(&pd->batch);
 			goto unlock;
 		}
 		c.flow = prism_flow_slot(pd, fl);
+		if (fl == waited) {
+			/* Its new turn begins by waiting for it. */
+			prism_batch_wait_turn(&pd->batch, c.tier, c.flow);
+			prism_flow_hold(pd, hctx, fl, now);
+			goto unlock;
+		}
 		prism_flow_view(fl, &fv);
 		prism_choose_in_flow(&fv, &pd->batch, tun, jiffies, &c);
 	} else {
@@ -1489,11 +1644,24 @@ static struct request *prism_dispatch_request(struct blk_mq_hw_ctx *hctx)
 			    pd->tier[c.tier].fq.nr > 1);
 
 	if (pd->idle_since) {
-		/* A window hold ended: the idle time was the held-for tier's. */
+		/*
+		 * A window hold ended: the idle time was the held-for tier's,
+		 * and, if it was held for a flow, that flow's.
+		 */
+		u64 idle;
+
 		if (!now)
 			now = ktime_get_ns();
+		idle = now > pd->idle_since ? now - pd->idle_since : 0;
 		prism_account_idle(&pd->batch, tun, queued_tiers, pd->idle_tier,
-				   now > pd->idle_since ? now - pd->idle_since : 0);
+				   idle);
+		if (pd->idle_flow >= 0) {
+			struct prism_flow *ifl = &pd->flows[pd->idle_flow];
+
+			if (ifl->key && ifl->tier == pd->idle_tier)
+				prism_fq_charge_idle(&pd->tier[ifl->tier].fq,
+						     &ifl->fq, idle);
+		}
 		pd->idle_since = 0;
 	}
 	/*
@@ -1511,6 +1679,11 @@ static struct request *prism_dispatch_request(struct blk_mq_hw_ctx *hctx)
 	fl->dispatched++;
 	fl->cost += cost;
 	fl->bytes += blk_rq_bytes(rq);
+	if (pd->flow_window) {
+		if (!now)
+			now = ktime_get_ns();
+		fl->dispatch_ns = now;
+	}
 
 found:
 	prism_remove_request(pd, q, rq);
@@ -1690,6 +1863,7 @@ static void prism_finish_request(struct request *rq)
 	struct prism_data *pd = rq->q->elevator->elevator_data;
 	unsigned long st = prism_rq_state(rq);
 	struct prism_tier_queue *tq;
+	struct prism_flow *fl;
 	unsigned long now = jiffies;
 	bool learning;
 	u64 done = 0;
@@ -1697,11 +1871,17 @@ static void prism_finish_request(struct request *rq)
 	if (!(st & PRISM_RQ_SEEN) || (st & PRISM_RQ_FOREIGN))
 		return;
 	tq = &pd->tier[prism_rq_tier(rq)];
+	fl = prism_rq_flow(pd, st);
+	if ((st & PRISM_RQ_DISPATCHED) && READ_ONCE(pd->flow_idling)) {
+		/* Its flow's next request is judged from here. */
+		done = ktime_get_ns();
+		WRITE_ONCE(fl->done_ns, done);
+	}
 	/*
-	 * The flow's books first: once they balance its slot may be given
-	 * away, and nothing below touches the flow.
+	 * The flow's books: once they balance its slot may be given away,
+	 * and nothing below touches the flow.
 	 */
-	atomic64_inc(&prism_rq_flow(pd, st)->finished);
+	atomic64_inc(&fl->finished);
 	if (!(st & PRISM_RQ_DISPATCHED)) {
 		atomic64_inc(&tq->merged_away);
 		prism_rq_set_state(rq, 0);
@@ -1712,7 +1892,7 @@ static void prism_finish_request(struct request *rq)
 	if (READ_ONCE(tq->last_done) != now)
 		WRITE_ONCE(tq->last_done, now);
 	learning = READ_ONCE(pd->learning);
-	if (learning || (st & (PRISM_RQ_TIMED | PRISM_RQ_IDLE_DEV)))
+	if (!done && (learning || (st & (PRISM_RQ_TIMED | PRISM_RQ_IDLE_DEV))))
 		done = ktime_get_ns();
 	if (st & PRISM_RQ_TIMED) {
 		WRITE_ONCE(tq->done_ns, done);
@@ -1896,6 +2076,7 @@ static int prism_init_sched(struct request_queue *q, struct elevator_type *e)
 	pd->front_merges = 1;
 	pd->sort_mode = PRISM_SORT_AUTO;
 	prism_batch_reset(&pd->batch);
+	pd->idle_flow = -1;
 	pd->sorted = prism_sorted(pd->sort_mode, !blk_queue_nonrot(q));
 	pd->rotational = !blk_queue_nonrot(q);
 	spin_lock(&pd->lock);
@@ -1977,6 +2158,7 @@ enum prism_attr_id {
 	PRISM_ATTR_NORMAL_SHARE,
 	PRISM_ATTR_LOW_SHARE,
 	PRISM_ATTR_ANTICIPATE_US,
+	PRISM_ATTR_FLOW_IDLE_US,
 	PRISM_ATTR_TARGET_LATENCY_US,
 	PRISM_ATTR_SYNC_WRITE_EXPIRE,
 	PRISM_ATTR_QUANTUM_US,
@@ -2020,6 +2202,7 @@ static const struct prism_attr_range prism_attr_ranges[] = {
 	[PRISM_ATTR_LOW_SHARE]		= { 0, PRISM_SHARE_MAX },
 	/* -1: automatic; a window is at most a second, a target ten. */
 	[PRISM_ATTR_ANTICIPATE_US]	= { PRISM_AUTO, USEC_PER_SEC },
+	[PRISM_ATTR_FLOW_IDLE_US]	= { PRISM_AUTO, USEC_PER_SEC },
 	[PRISM_ATTR_TARGET_LATENCY_US]	= { 0, 10 * USEC_PER_SEC },
 	[PRISM_ATTR_SYNC_WRITE_EXPIRE]	= { 0, PRISM_MAX_MSECS },
 	/* A turn of 10 us to 1 s; cost coefficients 0 (default) or more. */
@@ -2096,6 +2279,10 @@ static int prism_attr_get(struct prism_data *pd, const struct prism_tunables *t,
 		if (t->anticipate == PRISM_AUTO)
 			return PRISM_AUTO;
 		return div_u64(t->anticipate, NSEC_PER_USEC);
+	case PRISM_ATTR_FLOW_IDLE_US:
+		if (t->flow_idle == PRISM_AUTO)
+			return PRISM_AUTO;
+		return div_u64(t->flow_idle, NSEC_PER_USEC);
 	case PRISM_ATTR_TARGET_LATENCY_US:
 		return div_u64(t->target, NSEC_PER_USEC);
 	case PRISM_ATTR_QUANTUM_US:
@@ -2204,6 +2391,10 @@ static ssize_t prism_attr_store(struct elevator_queue *e, const char *page,
 			t.anticipate = val == PRISM_AUTO ? PRISM_AUTO :
 				       (s64)val * NSEC_PER_USEC;
 			break;
+		case PRISM_ATTR_FLOW_IDLE_US:
+			t.flow_idle = val == PRISM_AUTO ? PRISM_AUTO :
+				      (s64)val * NSEC_PER_USEC;
+			break;
 		case PRISM_ATTR_TARGET_LATENCY_US:
 			t.target = (u64)val * NSEC_PER_USEC;
 			break;
@@ -2287,6 +2478,7 @@ PRISM_ATTR(sort_mode, PRISM_ATTR_SORT_MODE)
 PRISM_ATTR(normal_share, PRISM_ATTR_NORMAL_SHARE)
 PRISM_ATTR(low_share, PRISM_ATTR_LOW_SHARE)
 PRISM_ATTR(anticipate_us, PRISM_ATTR_ANTICIPATE_US)
+PRISM_ATTR(flow_idle_us, PRISM_ATTR_FLOW_IDLE_US)
 PRISM_ATTR(target_latency_us, PRISM_ATTR_TARGET_LATENCY_US)
 PRISM_ATTR(sync_write_expire, PRISM_ATTR_SYNC_WRITE_EXPIRE)
 PRISM_ATTR(quantum_us, PRISM_ATTR_QUANTUM_US)
@@ -2320,6 +2512,7 @@ static struct elv_fs_entry prism_attrs[] = {
 	PRISM_ATTR_ENTRY(normal_share),
 	PRISM_ATTR_ENTRY(low_share),
 	PRISM_ATTR_ENTRY(anticipate_us),
+	PRISM_ATTR_ENTRY(flow_idle_us),
 	PRISM_ATTR_ENTRY(target_latency_us),
 	PRISM_ATTR_ENTRY(sync_write_expire),
 	PRISM_ATTR_ENTRY(quantum_us),
@@ -2435,7 +2628,7 @@ static int prism_flows_show(void *data, struct seq_file *m)
 	struct prism_data *pd = q->elevator->elevator_data;
 	int i;
 
-	seq_puts(m, "slot pid comm tier weight backlogged vt_lead cost_us bytes dispatched queued owned throttled\n");
+	seq_puts(m, "slot pid comm tier weight backlogged vt_lead cost_us bytes dispatched queued owned throttled think_us\n");
 	spin_lock(&pd->lock);
 	for (i = 0; i < PRISM_FLOW_SLOTS; i++) {
 		const struct prism_flow *fl = &pd->flows[i];
@@ -2444,13 +2637,14 @@ static int prism_flows_show(void *data, struct seq_file *m)
 
 		if (!fl->key && !fl->inserted)
 			continue;
-		seq_printf(m, "%d %u %s %s %u %d %lld %llu %llu %llu %u %llu %lld\n",
+		seq_printf(m, "%d %u %s %s %u %d %lld %llu %llu %llu %u %llu %lld %llu\n",
 			   i, fl->id, fl->comm, prism_tier_name[fl->tier],
 			   fl->fq.weight, fl->fq.backlogged,
 			   div_s64(lead * PRISM_WEIGHT_UNIT, PRISM_VT_SCALE),
 			   div_u64(fl->cost, NSEC_PER_USEC), fl->bytes,
 			   fl->dispatched, prism_flow_queued(fl),
-			   prism_flow_owned(fl), atomic64_read(&fl->throttled));
+			   prism_flow_owned(fl), atomic64_read(&fl->throttled),
+			   div_u64(fl->think.mean, NSEC_PER_USEC));
 	}
 	for (i = 0; i < PRISM_NR_TIERS; i++)
 		seq_printf(m, "fq %s vtime=%llu wsum=%u backlogged=%u\n",
@@ -2518,7 +2712,7 @@ static int prism_flight_show(void *data, struct seq_file *m)
 	u64 inflight[PRISM_NR_TIERS], think[PRISM_NR_TIERS];
 	u32 samples[PRISM_NR_TIERS];
 	struct prism_depth_ctl d;
-	u64 window, target, held_window, held_depth;
+	u64 window, target, held_window, held_depth, held_flow, flow_window;
 	int t;
 
 	spin_lock(&pd->lock);
@@ -2532,6 +2726,8 @@ static int prism_flight_show(void *data, struct seq_file *m)
 	target = prism_depth_target(&d, prism_tun(pd));
 	held_window = pd->held_window;
 	held_depth = pd->held_depth;
+	held_flow = pd->held_flow;
+	flow_window = prism_flow_window(&d, prism_tun(pd), !blk_queue_nonrot(q));
 	spin_unlock(&pd->lock);
 
 	seq_puts(m, "tier inflight think_us think_samples\n");
@@ -2539,14 +2735,15 @@ static int prism_flight_show(void *data, struct seq_file *m)
 		seq_printf(m, "%s %llu %llu %u\n", prism_tier_name[t],
 			   inflight[t], div_u64(think[t], NSEC_PER_USEC),
 			   samples[t]);
-	seq_printf(m, "device_depth=%u lower_limit=%u window_us=%llu target_us=%llu bulk_us=%llu bulk_samples=%u solo_us=%llu solo_samples=%u lat_us=%llu cuts=%llu held_window=%llu held_depth=%llu window_runs=%lld\n",
+	seq_printf(m, "device_depth=%u lower_limit=%u window_us=%llu target_us=%llu bulk_us=%llu bulk_samples=%u solo_us=%llu solo_samples=%u lat_us=%llu cuts=%llu held_window=%llu held_depth=%llu window_runs=%lld flow_window_us=%llu held_flow=%llu\n",
 		   prism_device_depth(q), d.limit,
 		   div_u64(window, NSEC_PER_USEC),
 		   div_u64(target, NSEC_PER_USEC),
 		   div_u64(d.bulk, NSEC_PER_USEC), d.bulk_samples,
 		   div_u64(d.solo, NSEC_PER_USEC), d.solo_samples,
 		   div_u64(d.lat, NSEC_PER_USEC), d.cuts, held_window,
-		   held_depth, atomic64_read(&pd->window_runs));
+		   held_depth, atomic64_read(&pd->window_runs),
+		   div_u64(flow_window, NSEC_PER_USEC), held_flow);
 	return 0;
 }
 
