@@ -1246,7 +1246,7 @@ CHECKS = [
 # Everything that exercises the request lifecycle (verify, switching,
 # requeue, discard, flush routing, tag depths, removal) runs on every kernel.
 SAME_ON_EVERY_KERNEL = ["drive_hdd", "cost_learn_hdd", "priority_latency_nvme",
-                        "flow_shares", "aging", "share_sweep"]
+                        "flow_shares", "flow_idle_hdd", "aging", "share_sweep"]
 
 
 def setup() -> dict:
