@@ -1038,12 +1038,9 @@ void prism_fq_activate(struct prism_fq *fq, struct prism_fq_flow *f,
 {
 	if (f->backlogged)
 		return;
-	f->weight = weight ? weight : 1;
 	if (!fq->nr || prism_vt_before(f->start, fq->vtime))
 		f->start = fq->vtime;
-	f->backlogged = true;
-	fq->wsum += f->weight;
-	fq->nr++;
+	prism_fq_return(fq, f, weight);
 }
 
 /*

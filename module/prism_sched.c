@@ -186,7 +186,7 @@ struct prism_flow {
 	unsigned long last_used;	/* jiffies of its last insert */
 	/*
 	 * Idling for the flow (prism_flow_expected()), kept while
-	 * pd->flow_idling: done_ns, ktime of its last completion, written
+	 * pd->flow_window is set: done_ns, ktime of its last completion, written
 	 * locklessly by finish_request(); the rest under the lock. returning:
 	 * its latest request arrived while it was expected, so it comes back
 	 * to the fair queue where it left (prism_fq_return()).
@@ -338,12 +338,11 @@ struct prism_data {
 	int idle_flow;		/* the flow slot it idled for, -1: a tier */
 	atomic64_t window_runs;
 	/*
-	 * Idling for flows: the window (ns, 0: off), set at each dispatch
-	 * from the tunable and the media; flow_idling mirrors it for
-	 * finish_request(), which reads it locklessly.
+	 * Idling for flows: the window (ns, 0: off), set under the lock at
+	 * each dispatch from the tunable and the media; finish_request()
+	 * reads it locklessly, for whether it is set.
 	 */
 	u64 flow_window;
-	bool flow_idling;
 
 	/*
 	 * Tunables: replaced whole under lock (prism_attr_store), read under
@@ -1531,7 +1530,7 @@ static struct request *prism_dispatch_request(struct blk_mq_hw_ctx *hctx)
 	struct prism_flow *fl, *waited;
 	enum prism_hold hold;
 	struct request *rq;
-	u64 now = 0, window = 0, cost, rate;
+	u64 now = 0, window = 0, flow_window, cost, rate;
 	unsigned long st;
 	u32 queued_tiers = 0, throttled = 0;
 	int t, dir, first = PRISM_NR_TIERS;
@@ -1544,10 +1543,10 @@ static struct request *prism_dispatch_request(struct blk_mq_hw_ctx *hctx)
 
 	prism_update_order(pd, q);
 	tun = prism_tun(pd);
-	pd->flow_window = prism_flow_window(&pd->depth, tun,
-					    !blk_queue_nonrot(q));
-	if (pd->flow_idling != !!pd->flow_window)
-		WRITE_ONCE(pd->flow_idling, !!pd->flow_window);
+	flow_window = prism_flow_window(&pd->depth, tun, !blk_queue_nonrot(q));
+	/* Stored only when it changes: completions read its cache line. */
+	if (flow_window != pd->flow_window)
+		WRITE_ONCE(pd->flow_window, flow_window);
 	for (t = 0; t < PRISM_NR_TIERS; t++) {
 		prism_tier_view(pd, t, &view[t]);
 		view[t].batch_left = 0;
@@ -1872,7 +1871,7 @@ static void prism_finish_request(struct request *rq)
 		return;
 	tq = &pd->tier[prism_rq_tier(rq)];
 	fl = prism_rq_flow(pd, st);
-	if ((st & PRISM_RQ_DISPATCHED) && READ_ONCE(pd->flow_idling)) {
+	if ((st & PRISM_RQ_DISPATCHED) && READ_ONCE(pd->flow_window)) {
 		/* Its flow's next request is judged from here. */
 		done = ktime_get_ns();
 		WRITE_ONCE(fl->done_ns, done);

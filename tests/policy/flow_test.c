@@ -648,6 +648,21 @@ TEST(bucket_banks_only_its_burst)
 }
 
 /*
+ * An empty view, and a batch open in @tier on @flow, @count requests in,
+ * whose flow has nothing queued and is expected back.
+ */
+static void flow_wait_setup(struct prism_tier_view v[PRISM_NR_TIERS],
+			    struct prism_batch *b, int tier, int flow, u32 count)
+{
+	memset(v, 0, sizeof(*v) * PRISM_NR_TIERS);
+	prism_batch_reset(b);
+	b->tier = tier;
+	b->flow = flow;
+	b->count = count;
+	v[tier].flow_waits = true;
+}
+
+/*
  * Idling for a flow: an open batch whose flow has nothing queued but is
  * expected back holds its tier's other flows and the tiers below, within
  * the turn's bounds; shares still pass.
@@ -660,16 +675,11 @@ TEST(flow_turn_waits_for_its_flow)
 	struct prism_choice c;
 	enum prism_hold hold;
 
-	memset(v, 0, sizeof(v));
-	prism_batch_reset(&b);
-	b.tier = PRISM_NORMAL;
-	b.flow = 3;
+	flow_wait_setup(v, &b, PRISM_NORMAL, 3, 2);
 	b.dir = PRISM_READ;
-	b.count = 2;
 	b.cost = 1000000;
 	/* Other flows of NORMAL are queued; the batch's flow has none. */
 	v[PRISM_NORMAL].dir[PRISM_READ].queued = 5;
-	v[PRISM_NORMAL].flow_waits = true;
 	CHECK(!prism_choose(v, &b, &t, &unlimited, 0, &c, &hold));
 	CHECK_EQ(hold, PRISM_HOLD_FLOW);
 	/* Not expected back: a new turn, the fair queue chooses. */
@@ -695,12 +705,7 @@ TEST(flow_wait_holds_lower_tiers_not_shares)
 	struct prism_choice c;
 	enum prism_hold hold;
 
-	memset(v, 0, sizeof(v));
-	prism_batch_reset(&b);
-	b.tier = PRISM_HIGH;
-	b.flow = 0;
-	b.count = 1;
-	v[PRISM_HIGH].flow_waits = true;
+	flow_wait_setup(v, &b, PRISM_HIGH, 0, 1);
 	v[PRISM_LOW].dir[PRISM_READ].queued = 4;
 	v[PRISM_LOW].dir[PRISM_READ].flow = PRISM_NR_TIERS - 1;
 	CHECK(!prism_choose(v, &b, &t, &unlimited, 0, &c, &hold));
