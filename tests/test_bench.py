@@ -168,6 +168,24 @@ def test_isolation_ratio_against_same_scheduler_baseline():
     assert "isolation_ratio" not in runs[3]["jobs"][1]                   # not the high job
 
 
+def test_flows_greedy_isolates_every_light_process_and_shares_equally():
+    lights = {f"light{i}": 1000 * i for i in range(1, 5)}
+    runs = [_fake_run("flows_greedy_alone", "prism", 0, lights),
+            _fake_run("flows_greedy", "prism", 0,
+                      {**{k: 2 * v for k, v in lights.items()}, "greedy": 50000})]
+    for j in runs[1]["jobs"]:
+        j["iops"] = 500.0 if j["job"] == "greedy" else 125.0
+    report.add_isolation(runs)
+    report.add_shares(runs)
+    mix = {j["job"]: j for j in runs[1]["jobs"]}
+    assert all(mix[k]["isolation_ratio"] == pytest.approx(2.0) for k in lights)
+    assert "isolation_ratio" not in mix["greedy"]          # no baseline of its own
+    assert all(j["share_ideal"] == pytest.approx(0.2) for j in mix.values())
+    # Five processes at one level: 20% each. greedy 50% (+150%), each light
+    # 12.5% (-37.5%): mean deviation 60%.
+    assert mix["greedy"]["share_mean_dev"] == pytest.approx(0.6)
+
+
 def test_report_from_recorded_run(tmp_path):
     # Two runs built from the recorded one: a baseline and the mix.
     raw = tmp_path / "raw"

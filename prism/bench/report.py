@@ -71,21 +71,26 @@ def collect(raw: Path, kernel: str) -> list[dict]:
 
 
 def add_isolation(runs: list[dict]) -> None:
-    """isolation_ratio for each workload's high job: its figure (P99, or
-    the workload's own metric such as fsync P99) in this run over the mean
-    of the same figure alone (the workload's baseline), same kernel and
+    """isolation_ratio for each job that also runs in the workload's
+    baseline (the high job, and in flows_greedy each light process): its
+    figure (P99, or the workload's own metric such as fsync P99) in this
+    run over the mean of the same figure alone, same kernel and
     scheduler."""
     for r in runs:
         w = WORKLOADS.get(r["workload"])
-        if not w or not w.baseline or not w.high_job:
+        if not w or not w.baseline:
             continue
-        base = [j.get(w.metric) for b in runs
-                if (b["kernel"], b["workload"], b["scheduler"]) ==
-                (r["kernel"], w.baseline, r["scheduler"])
-                for j in b["jobs"] if j["job"] == w.high_job]
-        base_mean = stats.summarize([v for v in base if v is not None])["mean"]
+        alone: dict[str, list[float]] = {}
+        for b in runs:
+            if (b["kernel"], b["workload"], b["scheduler"]) != \
+                    (r["kernel"], w.baseline, r["scheduler"]):
+                continue
+            for j in b["jobs"]:
+                if j.get(w.metric) is not None:
+                    alone.setdefault(j["job"], []).append(j[w.metric])
         for j in r["jobs"]:
-            if j["job"] == w.high_job and base_mean and j.get(w.metric):
+            base_mean = stats.summarize(alone.get(j["job"], []))["mean"]
+            if base_mean and j.get(w.metric):
                 j["isolation_ratio"] = j[w.metric] / base_mean
 
 
@@ -366,7 +371,8 @@ def report_md(out: Path, command: str, plan: dict, runs: list[dict],
                                      "fsync_p99_9_us")) + " |")
                 lines.append("")
             if w and w.share:
-                lines += ["Shares of the total IOPS against the ideal (weight 8 - BE level):", "",
+                lines += ["Shares of the total IOPS against the ideal (weight 8 - BE level; "
+                          "at one level, equal shares by process):", "",
                           "| scheduler | mean deviation from ideal | "
                           + " | ".join(s["job"] for s in rows
                                        if s["scheduler"] == rows[0]["scheduler"])

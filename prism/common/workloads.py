@@ -21,6 +21,7 @@ class Workload:
     low_job: str | None = None       # bulk job (starvation: its worst second)
     baseline: str | None = None      # workload running high_job alone
     share: bool = False              # jobs compete for proportional shares by BE level
+                                     # (one level: equal shares, by process)
     filesystem: bool = False         # runs in a fresh ext4 on the device (job files use DIR)
     metric: str = "p99_us"           # the high job's figure the isolation ratio compares
     family: str | None = None        # workloads varying one parameter (token_*)
@@ -64,7 +65,8 @@ WORKLOADS = {w.name: w for w in [
     Workload("flows_greedy", "001",
              "one greedy process (4 KiB random reads, iodepth 64) against four light "
              "ones (light1-4, iodepth 1), one priority: fairness by process",
-             high_job="light1", low_job="greedy", baseline="flows_greedy_alone"),
+             high_job="light1", low_job="greedy", baseline="flows_greedy_alone",
+             share=True),
     Workload("flows_greedy_alone", "001",
              "flows_greedy's four light processes alone: its baseline"),
     Workload("share8", "002",
