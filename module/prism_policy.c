@@ -403,21 +403,66 @@ bool prism_choose(const struct prism_tier_view view[PRISM_NR_TIERS],
 	}
 
 	c->tier = tier;
-	if (b->tier == tier && b->flow >= 0 && b->count < t->fifo_batch &&
-	    b->cost < t->quantum && view[tier].batch_left) {
-		c->flow = b->flow;
-		c->dir = b->dir;
-		c->take = take_for(b->dir, false);
-		c->batch = true;
-		b->count++;
+	if (b->tier == tier && prism_choose_batch(b, t, view[tier].batch_left, c))
 		return true;
-	}
 	if (batch_waits(view, b, t, tier)) {
 		/* Other flows of the tier are queued; its turn is not over. */
 		*hold = PRISM_HOLD_FLOW;
 		return false;
 	}
 	c->flow = -1;
+	return true;
+}
+
+/*
+ * The open batch goes on if its flow has @left requests on the batch's
+ * list and its turn has room (fifo_batch requests, quantum of cost):
+ * fill in @c for the next one and count it. prism_choose() continues the
+ * batch this way once nothing else applies.
+ */
+bool prism_choose_batch(struct prism_batch *b, const struct prism_tunables *t,
+			u32 left, struct prism_choice *c)
+{
+	if (!left || !prism_batch_may_wait(b, t))
+		return false;
+	c->tier = b->tier;
+	c->flow = b->flow;
+	c->dir = b->dir;
+	c->take = take_for(b->dir, false);
+	c->aged = false;
+	c->shared = false;
+	c->expired = false;
+	c->batch = true;
+	b->count++;
+	return true;
+}
+
+/*
+ * prism_choose() for a device with one busy tier, without its view: the
+ * mechanism has checked that @tier alone has requests queued and that no
+ * tier above it is active (in flight, anticipated, flushing). Then no
+ * aging or share can apply and nothing guards, so the open batch goes on
+ * in @tier (its flow has @left requests on its list) or the tier's fair
+ * queue starts a new turn (c->flow -1), unless the batch's flow may be
+ * waited for (@may_wait: see prism_flow_expected()), which takes the full
+ * view to decide: false then. The policy tests hold the two to the same
+ * answer. On a device with one busy tier that is most dispatches, and
+ * building the view most of their cost.
+ */
+bool prism_choose_alone(struct prism_batch *b, const struct prism_tunables *t,
+			int tier, u32 left, bool may_wait,
+			struct prism_choice *c)
+{
+	if (b->tier == tier && prism_choose_batch(b, t, left, c))
+		return true;
+	if (may_wait)
+		return false;
+	c->tier = tier;
+	c->flow = -1;
+	c->aged = false;
+	c->shared = false;
+	c->expired = false;
+	c->batch = false;
 	return true;
 }
 
@@ -1153,14 +1198,19 @@ int prism_fq_pick_done(struct prism_fq_pick *p, struct prism_fq *fq)
 	return p->low;
 }
 
+u64 prism_flow_part(u32 nr_requests, const struct prism_tunables *t)
+{
+	u64 part = (u64)nr_requests * t->flow_depth / 100;
+
+	return part ? part : 1;
+}
+
 u32 prism_flow_alloc_depth(u64 owned, bool others, u32 nr_requests,
 			   const struct prism_tunables *t)
 {
-	u64 part = (u64)nr_requests * t->flow_depth / 100;
+	u64 part = prism_flow_part(nr_requests, t);
 	u64 depth;
 
-	if (!part)
-		part = 1;
 	if (!others || t->flow_depth >= 100 || owned < part)
 		return 0;
 	depth = 2 * part > owned ? 2 * part - owned : 1;

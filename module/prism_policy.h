@@ -276,6 +276,12 @@ bool prism_choose(const struct prism_tier_view view[PRISM_NR_TIERS],
 		  const struct prism_flight *f, unsigned long now,
 		  struct prism_choice *c, enum prism_hold *hold);
 
+bool prism_choose_batch(struct prism_batch *b, const struct prism_tunables *t,
+			u32 left, struct prism_choice *c);
+bool prism_choose_alone(struct prism_batch *b, const struct prism_tunables *t,
+			int tier, u32 left, bool may_wait,
+			struct prism_choice *c);
+
 void prism_note_dispatch(struct prism_batch *b, const struct prism_tunables *t,
 			 bool sorted, bool sequential, bool others);
 
@@ -730,6 +736,9 @@ int prism_fq_pick_done(struct prism_fq_pick *p, struct prism_fq *fq);
  */
 u32 prism_flow_alloc_depth(u64 owned, bool others, u32 nr_requests,
 			   const struct prism_tunables *t);
+
+/* The scheduler tags a flow may hold before it is limited (flow_depth %). */
+u64 prism_flow_part(u32 nr_requests, const struct prism_tunables *t);
 
 /*
  * Whether the open batch's turn has room left to wait for its flow: the

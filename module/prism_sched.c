@@ -221,7 +221,7 @@ struct prism_tier_queue {
 	u64 started;		/* prepared requests dispatched, less requeued */
 	atomic64_t completed;	/* finished after prism dispatched them */
 	atomic64_t merged_away;	/* finished without, merged into another */
-	unsigned long last_done;	/* jiffies of the last completion */
+	unsigned long last_done;	/* jiffies of the last completion or flush seen */
 	/*
 	 * In-flight control. done_ns: ktime of the last completion, written
 	 * locklessly by finish_request() (HIGH and NORMAL only: nothing waits
@@ -1006,7 +1006,8 @@ static void prism_insert_request(struct prism_data *pd, struct request_queue *q,
 	list_add_tail(&rq->queuelist, &fl->fifo[fifo]);
 	tq->queued[fifo]++;
 	fl->queued[fifo]++;
-	prism_flow_activate(pd, fl, prism_rq_weight(rq));
+	if (!fl->fq.backlogged)
+		prism_flow_activate(pd, fl, prism_rq_weight(rq));
 	prism_queued_add(pd, 1);
 	st |= PRISM_RQ_QUEUED;
 	if (fifo == PRISM_SYNC_WRITE)
@@ -1277,16 +1278,21 @@ static void prism_view_flight(struct prism_data *pd, struct request_queue *q,
 		if (view[t].inflight ||
 		    (tq->think.samples < PRISM_THINK_MIN && !f->foreign))
 			continue;
-		if (!*now) {
+		/*
+		 * Each on its own: the clock may have been read already (a
+		 * rate cap, the latency fold) without the window.
+		 */
+		if (!*now)
 			*now = ktime_get_ns();
+		if (!*window)
 			*window = prism_window(&pd->depth, tun,
 					       !blk_queue_nonrot(q));
-		}
 		done = READ_ONCE(tq->done_ns);
 		if (f->foreign && done && *now - done < *window) {
 			view[t].flushing = true;
 			done = *now;
 			WRITE_ONCE(tq->done_ns, done);
+			WRITE_ONCE(tq->last_done, jiffies);
 			tq->flush_seen = true;
 		} else if (!f->foreign && tq->flush_seen) {
 			/*
@@ -1297,6 +1303,7 @@ static void prism_view_flight(struct prism_data *pd, struct request_queue *q,
 			 */
 			done = *now;
 			WRITE_ONCE(tq->done_ns, done);
+			WRITE_ONCE(tq->last_done, jiffies);
 			tq->flush_seen = false;
 		}
 		tq->think.last_done = done;
@@ -1518,6 +1525,43 @@ static struct prism_flow *prism_flow_waited(struct prism_data *pd,
 	return fl;
 }
 
+/*
+ * Whether @tier is the only tier that could be served or guard the device:
+ * no other tier has requests queued, and none above it has requests in
+ * flight, a flush seen in its window, or a completion recent enough for
+ * its anticipation window to be open (in jiffies, rounded up, so the
+ * answer errs towards no). Counters only, no clock: the test for
+ * prism_dispatch_request()'s shortcut (see prism_choose_batch()).
+ */
+static bool prism_tier_alone(struct prism_data *pd,
+			     const struct prism_tunables *tun,
+			     struct request_queue *q, int tier)
+{
+	unsigned long window = 0;
+	int t;
+
+	for (t = 0; t < PRISM_NR_TIERS; t++) {
+		struct prism_tier_queue *tq = &pd->tier[t];
+
+		if (t == tier)
+			continue;
+		if (tq_queued(tq))
+			return false;
+		if (t > tier)
+			continue;
+		if (prism_inflight(tq) || tq->flush_seen)
+			return false;
+		if (!READ_ONCE(tq->done_ns))
+			continue;	/* never timed: never anticipated */
+		if (!window)
+			window = nsecs_to_jiffies(prism_window(&pd->depth, tun,
+							       !blk_queue_nonrot(q))) + 2;
+		if (time_before(jiffies, READ_ONCE(tq->last_done) + window))
+			return false;
+	}
+	return true;
+}
+
 static struct request *prism_dispatch_request(struct blk_mq_hw_ctx *hctx)
 {
 	struct request_queue *q = hctx->queue;
@@ -1527,12 +1571,12 @@ static struct request *prism_dispatch_request(struct blk_mq_hw_ctx *hctx)
 	struct prism_tier_queue *tq;
 	struct prism_flight flight;
 	struct prism_choice c;
-	struct prism_flow *fl, *waited;
+	struct prism_flow *fl, *waited = NULL;
 	enum prism_hold hold;
 	struct request *rq;
 	u64 now = 0, window = 0, flow_window, cost, rate;
 	unsigned long st;
-	u32 queued_tiers = 0, throttled = 0;
+	u32 queued_tiers = 0, throttled = 0, depth;
 	int t, dir, first = PRISM_NR_TIERS;
 
 	spin_lock(&pd->lock);
@@ -1547,6 +1591,47 @@ static struct request *prism_dispatch_request(struct blk_mq_hw_ctx *hctx)
 	/* Stored only when it changes: completions read its cache line. */
 	if (flow_window != pd->flow_window)
 		WRITE_ONCE(pd->flow_window, flow_window);
+	if (tun->cost_auto &&
+	    time_after_eq(jiffies, pd->learn_folded + PRISM_LEARN_FOLD))
+		prism_learn_fold(pd);
+	depth = prism_device_depth(q);
+	if (atomic64_read(&pd->lat.all) || atomic64_read(&pd->lat.solo) ||
+	    atomic64_read(&pd->lat.bulk)) {
+		now = ktime_get_ns();
+		prism_fold_latency(pd, now, depth);
+	}
+	if (pd->depth.limit != depth) {
+		/* Lift a limit once the tiers it protected went quiet. */
+		if (!now)
+			now = ktime_get_ns();
+		prism_depth_idle(&pd->depth, now, depth);
+	}
+
+	/*
+	 * One tier alone has requests queued and none above it is active:
+	 * the choice prism_choose() would make, without building its view.
+	 */
+	for (t = 0; t < PRISM_NR_TIERS && !tq_queued(&pd->tier[t]); t++)
+		;
+	if (t < PRISM_NR_TIERS && !pd->idle_since && !tun->rate_kbps[t] &&
+	    prism_tier_alone(pd, tun, q, t)) {
+		u32 left = 0;
+
+		fl = NULL;
+		if (pd->batch.tier == t && pd->batch.flow >= 0) {
+			fl = &pd->flows[pd->batch.flow];
+			if (fl->tier == t)
+				left = fl->queued[pd->batch.dir];
+		}
+		if (prism_choose_alone(&pd->batch, tun, t, left,
+				       pd->flow_window, &c)) {
+			queued_tiers = BIT(t);
+			if (c.flow >= 0)
+				goto chosen;
+			goto turn;
+		}
+	}
+
 	for (t = 0; t < PRISM_NR_TIERS; t++) {
 		prism_tier_view(pd, t, &view[t]);
 		view[t].batch_left = 0;
@@ -1575,22 +1660,7 @@ static struct request *prism_dispatch_request(struct blk_mq_hw_ctx *hctx)
 	waited = queued_tiers ? prism_flow_waited(pd, view, throttled, &now) :
 				NULL;
 
-	flight.depth = prism_device_depth(q);
-	if (atomic64_read(&pd->lat.all) || atomic64_read(&pd->lat.solo) ||
-	    atomic64_read(&pd->lat.bulk)) {
-		if (!now)
-			now = ktime_get_ns();
-		prism_fold_latency(pd, now, flight.depth);
-	}
-	if (pd->depth.limit != flight.depth) {
-		/* Lift a limit once the tiers it protected went quiet. */
-		if (!now)
-			now = ktime_get_ns();
-		prism_depth_idle(&pd->depth, now, flight.depth);
-	}
-	if (tun->cost_auto &&
-	    time_after_eq(jiffies, pd->learn_folded + PRISM_LEARN_FOLD))
-		prism_learn_fold(pd);
+	flight.depth = depth;
 	flight.lower_limit = pd->depth.limit;
 	if (!prism_choose(view, &pd->batch, tun, &flight, jiffies, &c, &hold)) {
 		if (hold == PRISM_HOLD_FLOW)
@@ -1602,6 +1672,7 @@ static struct request *prism_dispatch_request(struct blk_mq_hw_ctx *hctx)
 		goto unlock;
 	}
 
+turn:
 	if (c.flow < 0) {
 		/* A new turn in the tier: its fair queue names the flow. */
 		struct prism_tier_view fv;
@@ -1626,6 +1697,7 @@ static struct request *prism_dispatch_request(struct blk_mq_hw_ctx *hctx)
 		fl = &pd->flows[c.flow];
 	}
 
+chosen:
 	rq = prism_pick(pd, fl, &c);
 	if (WARN_ON_ONCE(!rq)) {
 		/* The view said queued; the lists disagree. Start afresh. */
@@ -1789,8 +1861,9 @@ static u32 prism_flow_limit(struct prism_data *pd,
 		return 0;
 	for (i = 0; i < PRISM_NR_TIERS; i++)
 		total += prism_owned(&pd->tier[i]);
-	if (total < 2)
-		return 0;	/* no two flows can own requests */
+	/* No two flows own requests, or none can own its part: no lookup. */
+	if (total < 2 || total < prism_flow_part(nr, t))
+		return 0;
 	fl = prism_flow_find(pd, prism_flow_key(current->tgid, tier));
 	if (!fl || READ_ONCE(fl->rt))
 		return 0;

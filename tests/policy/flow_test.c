@@ -993,3 +993,93 @@ TEST(idling_keeps_weights_for_streams)
 	CHECK(near_weights(with, 0.1));
 	CHECK(!near_weights(without, 0.3));
 }
+
+/*
+ * The mechanism's shortcut: with requests queued in one tier alone and no
+ * tier above it active, prism_choose_alone() gives prism_choose()'s answer,
+ * in the choice and in the batch state it leaves, over random states of
+ * that tier, of the tiers below (in flight) and of the device: the open
+ * batch going on, or a new turn; and it declines whenever the batch's
+ * flow may be waited for and the batch cannot go on.
+ */
+TEST(choose_alone_matches_choose)
+{
+	unsigned int seed = 12345, batches = 0, turns = 0, i;
+
+	for (i = 0; i < 40000; i++) {
+		struct prism_tunables t = flow_defaults();
+		struct prism_tier_view v[PRISM_NR_TIERS];
+		struct prism_flight f;
+		struct prism_batch b1, b2;
+		struct prism_choice c1, c2;
+		enum prism_hold hold;
+		int tier, d, lower;
+		bool full, fast, may_wait;
+
+		memset(v, 0, sizeof(v));
+		prism_batch_reset(&b1);
+		t.fifo_batch = 1 + rand_r(&seed) % 8;
+		t.quantum = 1000 + rand_r(&seed) % 4000;
+		tier = rand_r(&seed) % PRISM_NR_TIERS;
+		b1.tier = rand_r(&seed) % 4 ? tier :
+			  (int)(rand_r(&seed) % (PRISM_NR_TIERS + 1)) - 1;
+		b1.flow = rand_r(&seed) % 5 ? (int)(rand_r(&seed) % 4) : -1;
+		b1.dir = rand_r(&seed) % PRISM_NR_FIFOS;
+		b1.count = rand_r(&seed) % (t.fifo_batch + 2);
+		b1.cost = rand_r(&seed) % 6000;
+		b1.starved = rand_r(&seed) % 3;
+		for (d = 0; d < PRISM_NR_FIFOS; d++) {
+			v[tier].dir[d].queued = rand_r(&seed) % 3;
+			v[tier].dir[d].oldest = rand_r(&seed) % 1000;
+			v[tier].dir[d].flow = rand_r(&seed) % 4;
+		}
+		if (!v[tier].dir[PRISM_READ].queued &&
+		    !v[tier].dir[PRISM_WRITE].queued &&
+		    !v[tier].dir[PRISM_SYNC_WRITE].queued)
+			v[tier].dir[rand_r(&seed) % PRISM_NR_FIFOS].queued = 1;
+		v[tier].inflight = rand_r(&seed) % 3;
+		v[tier].anticipated = rand_r(&seed) % 2;
+		v[tier].flushing = rand_r(&seed) % 2;
+		v[tier].flow_waits = rand_r(&seed) % 2;
+		if (b1.tier == tier && v[tier].dir[b1.dir].queued)
+			v[tier].batch_left = rand_r(&seed) %
+					     (v[tier].dir[b1.dir].queued + 1);
+		for (lower = tier + 1; lower < PRISM_NR_TIERS; lower++)
+			v[lower].inflight = rand_r(&seed) % 3;
+		full = rand_r(&seed) % 2;
+		f.depth = 4;
+		f.lower_limit = 1 + rand_r(&seed) % 4;
+		f.foreign = full ? 4 : 0;
+		/* The mechanism says "may wait" whenever flows are idled for. */
+		may_wait = v[tier].flow_waits || rand_r(&seed) % 2;
+		b2 = b1;
+
+		fast = prism_choose_alone(&b2, &t, tier, v[tier].batch_left,
+					  may_wait, &c2);
+		full = prism_choose(v, &b1, &t, &f, rand_r(&seed) % 5000, &c1,
+				    &hold);
+		if (!fast) {
+			CHECK(may_wait);
+			continue;
+		}
+		if (c2.batch)
+			batches++;
+		else
+			turns++;
+		CHECK(full);
+		CHECK_EQ(c1.batch, c2.batch);
+		CHECK_EQ(c1.tier, c2.tier);
+		CHECK_EQ(c1.flow, c2.flow);
+		CHECK_EQ(c1.aged, c2.aged);
+		CHECK_EQ(c1.shared, c2.shared);
+		CHECK_EQ(c1.expired, c2.expired);
+		if (c2.batch) {
+			CHECK_EQ(c1.dir, c2.dir);
+			CHECK_EQ(c1.take, c2.take);
+		}
+		CHECK(!memcmp(&b1, &b2, sizeof(b1)));
+	}
+	/* Both answers were given often enough for this to mean something. */
+	CHECK(batches > 1000);
+	CHECK(turns > 1000);
+}
