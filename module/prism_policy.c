@@ -314,6 +314,15 @@ static bool batch_waits(const struct prism_tier_view view[PRISM_NR_TIERS],
 	       prism_batch_may_wait(b, t);
 }
 
+/* A choice in a tier's own right: not aged, not a share, not expired. */
+static void choice_plain(struct prism_choice *c)
+{
+	c->aged = false;
+	c->shared = false;
+	c->expired = false;
+	c->batch = false;
+}
+
 /* Close the open batch: the next dispatch arbitrates afresh. */
 static void batch_close(struct prism_batch *b)
 {
@@ -365,10 +374,7 @@ bool prism_choose(const struct prism_tier_view view[PRISM_NR_TIERS],
 	if (tier == PRISM_NR_TIERS)
 		return false;
 
-	c->aged = false;
-	c->shared = false;
-	c->expired = false;
-	c->batch = false;
+	choice_plain(c);
 
 	if (pick_aged(view, guard, t, now, c) ||
 	    pick_share(view, guard, b, t, f, c, &owed)) {
@@ -429,9 +435,7 @@ bool prism_choose_batch(struct prism_batch *b, const struct prism_tunables *t,
 	c->flow = b->flow;
 	c->dir = b->dir;
 	c->take = take_for(b->dir, false);
-	c->aged = false;
-	c->shared = false;
-	c->expired = false;
+	choice_plain(c);
 	c->batch = true;
 	b->count++;
 	return true;
@@ -459,10 +463,7 @@ bool prism_choose_alone(struct prism_batch *b, const struct prism_tunables *t,
 		return false;
 	c->tier = tier;
 	c->flow = -1;
-	c->aged = false;
-	c->shared = false;
-	c->expired = false;
-	c->batch = false;
+	choice_plain(c);
 	return true;
 }
 

@@ -646,12 +646,14 @@ static struct request *prism_sorted_from(struct rb_root *root, sector_t pos)
  * that was expected back keeps its place in the fair queue.
  */
 static void prism_flow_activate(struct prism_data *pd, struct prism_flow *fl,
-				u32 weight)
+				struct request *rq)
 {
 	struct prism_tier_queue *tq = &pd->tier[fl->tier];
+	u32 weight;
 
 	if (fl->fq.backlogged)
 		return;
+	weight = prism_rq_weight(rq);
 	if (fl->returning)
 		prism_fq_return(&tq->fq, &fl->fq, weight);
 	else
@@ -1006,8 +1008,7 @@ static void prism_insert_request(struct prism_data *pd, struct request_queue *q,
 	list_add_tail(&rq->queuelist, &fl->fifo[fifo]);
 	tq->queued[fifo]++;
 	fl->queued[fifo]++;
-	if (!fl->fq.backlogged)
-		prism_flow_activate(pd, fl, prism_rq_weight(rq));
+	prism_flow_activate(pd, fl, rq);
 	prism_queued_add(pd, 1);
 	st |= PRISM_RQ_QUEUED;
 	if (fifo == PRISM_SYNC_WRITE)
