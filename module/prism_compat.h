@@ -84,4 +84,19 @@ static inline bool prism_rq_prepared(const struct request *rq)
 #endif
 }
 
+/*
+ * The clock for statistics: since 6.9 the core's blk_time_get_ns(), which
+ * in a plugged task reads the clock once per plug, as the core stamps
+ * its own requests (start_time_ns); before, ktime_get_ns(). PF_BLOCK_TS
+ * came with it.
+ */
+static inline u64 prism_stat_clock(void)
+{
+#ifdef PF_BLOCK_TS
+	return blk_time_get_ns();
+#else
+	return ktime_get_ns();
+#endif
+}
+
 #endif /* _PRISM_COMPAT_H */

@@ -510,23 +510,6 @@ void prism_choose_in_flow(const struct prism_tier_view *fv,
 }
 
 /*
- * After a dispatch: in sector order a request from a random stream ends
- * the batch, since the next request in sort order is a seek anyway and
- * the fair queue and deadlines should be looked at again, while a
- * sequential stream keeps its batch so that a disk can stream it. In
- * arrival order (flash) a batch buys no locality: while @others (other
- * flows of the tier are backlogged) it ends after each request, so flows
- * share the device request by request rather than fifo_batch at a time.
- */
-void prism_note_dispatch(struct prism_batch *b, const struct prism_tunables *t,
-			 bool sorted, bool sequential, bool others)
-{
-	if (((sorted && !sequential) || (!sorted && others)) &&
-	    b->count < t->fifo_batch)
-		b->count = t->fifo_batch;
-}
-
-/*
  * Feed one request of @sectors at @pos into a flow's detector @s (zeroed
  * when the flow is made); returns whether the flow now counts as
  * sequential.
@@ -566,19 +549,6 @@ u32 prism_tier_depth(enum prism_tier tier, u32 nr_requests,
 	}
 	depth = (u32)(((u64)nr_requests * pct) / 100);
 	return depth ? depth : 1;
-}
-
-bool prism_sorted(enum prism_sort_mode mode, bool rotational)
-{
-	switch (mode) {
-	case PRISM_SORT_SECTOR:
-		return true;
-	case PRISM_SORT_FIFO:
-		return false;
-	case PRISM_SORT_AUTO:
-	default:
-		return rotational;
-	}
 }
 
 /*
@@ -751,46 +721,6 @@ void prism_depth_sample(struct prism_depth_ctl *d,
 	} else if (d->limit < depth) {
 		d->limit++;
 	}
-}
-
-/*
- * The anticipation window: the tunable, or automatically the service time
- * of a LOW request on an idle device, within 0.5-20 ms. That is the break
- * even: waiting W for the next link costs the tiers below at most W of
- * device time, while not waiting costs the link one LOW request's
- * service. Before any measurement bfq's slice_idle (8 ms) on rotational
- * media and 1 ms on flash.
- */
-u64 prism_window(const struct prism_depth_ctl *d,
-		 const struct prism_tunables *t, bool rotational)
-{
-	u64 w;
-
-	if (t->anticipate != PRISM_AUTO)
-		return (u64)t->anticipate;
-	if (d->bulk_samples < PRISM_THINK_MIN)
-		return rotational ? 8000000ULL : 1000000ULL;
-	w = d->bulk;
-	if (w < PRISM_WINDOW_MIN)
-		w = PRISM_WINDOW_MIN;
-	if (w > PRISM_WINDOW_MAX)
-		w = PRISM_WINDOW_MAX;
-	return w;
-}
-
-/*
- * How long a flow's turn waits for its next request (see
- * prism_flow_expected()): automatically the tier window on rotational
- * media, where keeping a stream on the disk saves seeks as well as its
- * place in the fair queue; on flash an idle device costs more than the
- * order of service gains, so never, as bfq on a queueing SSD.
- */
-u64 prism_flow_window(const struct prism_depth_ctl *d,
-		      const struct prism_tunables *t, bool rotational)
-{
-	if (t->flow_idle != PRISM_AUTO)
-		return (u64)t->flow_idle;
-	return rotational ? prism_window(d, t, rotational) : 0;
 }
 
 /*

@@ -16,8 +16,10 @@
 #define _PRISM_POLICY_H
 
 #ifdef __KERNEL__
+#include <linux/bitops.h>
 #include <linux/math64.h>
 #include <linux/types.h>
+#define prism_fls64(x)	fls64(x)
 #else
 #include <stdbool.h>
 #include <stdint.h>
@@ -25,6 +27,12 @@ typedef uint8_t u8;
 typedef uint32_t u32;
 typedef int64_t s64;
 typedef uint64_t u64;
+
+/* fls64(): the 1-based position of the highest bit set, 0 for none. */
+static inline int prism_fls64(u64 x)
+{
+	return x ? 64 - __builtin_clzll(x) : 0;
+}
 #endif
 
 enum prism_tier {
@@ -282,8 +290,23 @@ bool prism_choose_alone(struct prism_batch *b, const struct prism_tunables *t,
 			int tier, u32 left, bool may_wait,
 			struct prism_choice *c);
 
-void prism_note_dispatch(struct prism_batch *b, const struct prism_tunables *t,
-			 bool sorted, bool sequential, bool others);
+/*
+ * After a dispatch: in sector order a request from a random stream ends
+ * the batch, since the next request in sort order is a seek anyway and
+ * the fair queue and deadlines should be looked at again, while a
+ * sequential stream keeps its batch so that a disk can stream it. In
+ * arrival order (flash) a batch buys no locality: while @others (other
+ * flows of the tier are backlogged) it ends after each request, so flows
+ * share the device request by request rather than fifo_batch at a time.
+ */
+static inline void prism_note_dispatch(struct prism_batch *b,
+				       const struct prism_tunables *t,
+				       bool sorted, bool sequential, bool others)
+{
+	if (((sorted && !sequential) || (!sorted && others)) &&
+	    b->count < t->fifo_batch)
+		b->count = t->fifo_batch;
+}
 
 bool prism_stream_update(struct prism_stream *s, u64 pos, u32 sectors,
 			 u32 seq_gap);
@@ -291,7 +314,18 @@ bool prism_stream_update(struct prism_stream *s, u64 pos, u32 sectors,
 u32 prism_tier_depth(enum prism_tier tier, u32 nr_requests,
 		     const struct prism_tunables *t);
 
-bool prism_sorted(enum prism_sort_mode mode, bool rotational);
+static inline bool prism_sorted(enum prism_sort_mode mode, bool rotational)
+{
+	switch (mode) {
+	case PRISM_SORT_SECTOR:
+		return true;
+	case PRISM_SORT_FIFO:
+		return false;
+	case PRISM_SORT_AUTO:
+	default:
+		return rotational;
+	}
+}
 
 /*
  * Tag reserve. A tier counts as active, for the reserve kept for it, while
@@ -475,10 +509,47 @@ void prism_depth_sample(struct prism_depth_ctl *d,
 			u64 now, u32 depth);
 void prism_depth_idle(struct prism_depth_ctl *d, u64 now, u32 depth);
 void prism_bulk_sample(struct prism_depth_ctl *d, u64 service);
-u64 prism_window(const struct prism_depth_ctl *d,
-		 const struct prism_tunables *t, bool rotational);
-u64 prism_flow_window(const struct prism_depth_ctl *d,
-		      const struct prism_tunables *t, bool rotational);
+
+/*
+ * The anticipation window: the tunable, or automatically the service time
+ * of a LOW request on an idle device, within 0.5-20 ms. That is the break
+ * even: waiting W for the next link costs the tiers below at most W of
+ * device time, while not waiting costs the link one LOW request's
+ * service. Before any measurement bfq's slice_idle (8 ms) on rotational
+ * media and 1 ms on flash.
+ */
+static inline u64 prism_window(const struct prism_depth_ctl *d,
+				const struct prism_tunables *t, bool rotational)
+{
+	u64 w;
+
+	if (t->anticipate != PRISM_AUTO)
+		return (u64)t->anticipate;
+	if (d->bulk_samples < PRISM_THINK_MIN)
+		return rotational ? 8000000ULL : 1000000ULL;
+	w = d->bulk;
+	if (w < PRISM_WINDOW_MIN)
+		w = PRISM_WINDOW_MIN;
+	if (w > PRISM_WINDOW_MAX)
+		w = PRISM_WINDOW_MAX;
+	return w;
+}
+
+/*
+ * How long a flow's turn waits for its next request (see
+ * prism_flow_expected()): automatically the tier window on rotational
+ * media, where keeping a stream on the disk saves seeks as well as its
+ * place in the fair queue; on flash an idle device costs more than the
+ * order of service gains, so never, as bfq on a queueing SSD.
+ */
+static inline u64 prism_flow_window(const struct prism_depth_ctl *d,
+				     const struct prism_tunables *t,
+				     bool rotational)
+{
+	if (t->flow_idle != PRISM_AUTO)
+		return (u64)t->flow_idle;
+	return rotational ? prism_window(d, t, rotational) : 0;
+}
 
 /*
  * Flows. A flow is the work of one submitter at one tier: a process
@@ -777,5 +848,33 @@ void prism_account_idle(struct prism_batch *b, const struct prism_tunables *t,
 /* Book one dispatch: shares and the batch's cost. */
 void prism_account(struct prism_batch *b, const struct prism_tunables *t,
 		   u32 queued_tiers, const struct prism_choice *c, u64 cost);
+
+/*
+ * Latency histograms (debugfs "latency"): log-scaled buckets of
+ * nanoseconds, two per power of two, so each bucket spans 1.5x or 1.33x
+ * of its lower bound. Bucket 0 holds everything below 1024 ns; bucket b
+ * >= 1 starts at (2 + (b - 1) % 2) << ((b - 1) / 2 + 9) ns: 1024, 1536,
+ * 2048, 3072, ...; the last, from about 8.6 s, is open-ended.
+ */
+#define PRISM_HIST_BUCKETS	48
+
+static inline u32 prism_hist_bucket(u64 ns)
+{
+	int top;
+	u32 b;
+
+	if (ns < 1024)
+		return 0;
+	top = prism_fls64(ns);		/* at least 11 */
+	b = 1 + 2 * (top - 11) + ((ns >> (top - 2)) & 1);
+	return b < PRISM_HIST_BUCKETS ? b : PRISM_HIST_BUCKETS - 1;
+}
+
+static inline u64 prism_hist_lower(u32 b)
+{
+	if (!b)
+		return 0;
+	return (2ULL + (b - 1) % 2) << ((b - 1) / 2 + 9);
+}
 
 #endif /* _PRISM_POLICY_H */

@@ -351,6 +351,17 @@ struct prism_data {
 	struct prism_tun_rcu __rcu *tun;
 	int front_merges;
 	int sort_mode;
+
+	/*
+	 * Latency histograms (debugfs "latency"), per tier and direction, in
+	 * prism_hist_bucket()'s buckets. hist_wait: from the request's
+	 * allocation (the core's start_time_ns) to its dispatch, under the
+	 * lock. hist_device: from dispatch to completion, added where
+	 * requests complete, without the lock.
+	 */
+	u64 hist_wait[PRISM_NR_TIERS][PRISM_NR_DIRS][PRISM_HIST_BUCKETS];
+	atomic64_t hist_device[PRISM_NR_TIERS][PRISM_NR_DIRS]
+			      [PRISM_HIST_BUCKETS];
 };
 
 /*
@@ -1789,12 +1800,22 @@ found:
 			st |= PRISM_RQ_IDLE_DEV;
 		}
 		st = prism_learn_stamp(pd, rq, st);
-		if (st & (PRISM_RQ_TIMED | PRISM_RQ_IDLE_DEV | PRISM_RQ_LEARN)) {
-			if (!now)
-				now = ktime_get_ns();
-			rq->elv.priv[1] = (void *)(unsigned long)now;
-		}
+		/*
+		 * The dispatch time: requests timed for the in-flight control
+		 * or the learner read the clock; for the histograms alone the
+		 * core's statistics clock does (one reading per plug).
+		 */
+		if (!now)
+			now = st & (PRISM_RQ_TIMED | PRISM_RQ_IDLE_DEV |
+				    PRISM_RQ_LEARN) ? ktime_get_ns() :
+						      prism_stat_clock();
+		rq->elv.priv[1] = (void *)(unsigned long)now;
 		prism_rq_set_state(rq, st);
+		if (rq->start_time_ns && now > rq->start_time_ns)
+			pd->hist_wait[tier][prism_rq_dir(rq)]
+				     [prism_hist_bucket(now - rq->start_time_ns)]++;
+		else
+			pd->hist_wait[tier][prism_rq_dir(rq)][0]++;
 	}
 	pd->head_pos = blk_rq_pos(rq) + blk_rq_sectors(rq);
 	prism_rq_flow(pd, st)->sweep_pos[prism_rq_dir(rq)] = pd->head_pos;
@@ -1982,6 +2003,30 @@ static void prism_finish_request(struct request *rq)
 	}
 	/* Finished twice (6.1 flush paths) must not count twice. */
 	prism_rq_set_state(rq, 0);
+}
+
+/*
+ * A request the driver completed, at @now by the core's clock (before
+ * finish_request()): its device time, from dispatch, into the histogram.
+ * On 6.1 the core calls this for requests it routed past the elevator
+ * too, whose elv.priv[] are stale: only prepared ones are looked at.
+ */
+static void prism_completed_request(struct request *rq, u64 now)
+{
+	struct prism_data *pd = rq->q->elevator->elevator_data;
+	unsigned long st;
+	long device;
+
+	if (!prism_rq_prepared(rq))
+		return;
+	st = prism_rq_state(rq);
+	if (!(st & PRISM_RQ_DISPATCHED) || (st & PRISM_RQ_FOREIGN))
+		return;
+	/* In unsigned long: where that is 32 bits, good for 2 s. */
+	device = (long)((unsigned long)now - (unsigned long)rq->elv.priv[1]);
+	atomic64_inc(&pd->hist_device[prism_rq_tier_of_state(st)]
+				     [prism_rq_dir(rq)]
+				     [prism_hist_bucket(device > 0 ? device : 0)]);
 }
 
 /*
@@ -2820,7 +2865,68 @@ static int prism_flight_show(void *data, struct seq_file *m)
 	return 0;
 }
 
+/*
+ * The latency histograms: a line of bucket lower bounds in ns, then one
+ * line per kind, tier and direction with its count per bucket. Writing 0
+ * empties them (a completion racing with it may survive).
+ */
+static int prism_latency_show(void *data, struct seq_file *m)
+{
+	struct request_queue *q = data;
+	struct prism_data *pd = q->elevator->elevator_data;
+	static const char *const dir_name[PRISM_NR_DIRS] = { "read", "write" };
+	int t, d, b;
+
+	seq_puts(m, "bucket_ns");
+	for (b = 0; b < PRISM_HIST_BUCKETS; b++)
+		seq_printf(m, " %llu", prism_hist_lower(b));
+	seq_putc(m, '\n');
+	spin_lock(&pd->lock);
+	for (t = 0; t < PRISM_NR_TIERS; t++)
+		for (d = 0; d < PRISM_NR_DIRS; d++) {
+			seq_printf(m, "wait %s %s", prism_tier_name[t],
+				   dir_name[d]);
+			for (b = 0; b < PRISM_HIST_BUCKETS; b++)
+				seq_printf(m, " %llu", pd->hist_wait[t][d][b]);
+			seq_putc(m, '\n');
+		}
+	spin_unlock(&pd->lock);
+	for (t = 0; t < PRISM_NR_TIERS; t++)
+		for (d = 0; d < PRISM_NR_DIRS; d++) {
+			seq_printf(m, "device %s %s", prism_tier_name[t],
+				   dir_name[d]);
+			for (b = 0; b < PRISM_HIST_BUCKETS; b++)
+				seq_printf(m, " %lld",
+					   atomic64_read(&pd->hist_device[t][d][b]));
+			seq_putc(m, '\n');
+		}
+	return 0;
+}
+
+static ssize_t prism_latency_write(void *data, const char __user *buf,
+				   size_t count, loff_t *ppos)
+{
+	struct request_queue *q = data;
+	struct prism_data *pd = q->elevator->elevator_data;
+	char kbuf[4] = {};
+	int t, d, b;
+
+	if (count > sizeof(kbuf) - 1 || copy_from_user(kbuf, buf, count))
+		return -EINVAL;
+	if (strcmp(strim(kbuf), "0"))
+		return -EINVAL;
+	spin_lock(&pd->lock);
+	memset(pd->hist_wait, 0, sizeof(pd->hist_wait));
+	spin_unlock(&pd->lock);
+	for (t = 0; t < PRISM_NR_TIERS; t++)
+		for (d = 0; d < PRISM_NR_DIRS; d++)
+			for (b = 0; b < PRISM_HIST_BUCKETS; b++)
+				atomic64_set(&pd->hist_device[t][d][b], 0);
+	return count;
+}
+
 static const struct blk_mq_debugfs_attr prism_queue_debugfs_attrs[] = {
+	{"latency", 0600, prism_latency_show, prism_latency_write},
 	{"flight", 0400, prism_flight_show},
 	{"tiers", 0400, prism_tiers_show},
 	{"batch", 0400, prism_batch_show},
@@ -2839,6 +2945,7 @@ static struct elevator_type prism_sched = {
 		.dispatch_request	= prism_dispatch_request,
 		.prepare_request	= prism_prepare_request,
 		.finish_request		= prism_finish_request,
+		.completed_request	= prism_completed_request,
 		.next_request		= elv_rb_latter_request,
 		.former_request		= elv_rb_former_request,
 		.bio_merge		= prism_bio_merge,

@@ -659,3 +659,31 @@ def test_flight_table_reads_prisms_decisions():
     assert cells[4] == "15.00 ± 0.00" and cells[9] == "7 ± 0" and cells[10] == "50 ± 0 %"
     assert not any(line.startswith("| none |") for line in lines)
     assert report.flight_table([{"scheduler": "none"}]) == []
+
+
+def test_histogram_quantiles_interpolate_inside_buckets():
+    bounds = [0, 1000, 2000, 4000]
+    # 100 samples: 50 in [1000, 2000), 50 in [2000, 4000).
+    h = {"1": 50, "2": 50}
+    assert stats.hist_quantile(bounds, h, 0.25) == pytest.approx(1500)
+    assert stats.hist_quantile(bounds, h, 0.5) == pytest.approx(2000)
+    assert stats.hist_quantile(bounds, h, 0.99) == pytest.approx(2000 + 2000 * 49 / 50)
+    # The open-ended last bucket gives its bound; nothing counted, nothing.
+    assert stats.hist_quantile(bounds, {3: 5}, 0.99) == 4000
+    assert stats.hist_quantile(bounds, {}, 0.5) is None
+
+
+def test_latency_table_reads_prisms_histograms():
+    bounds = [0, 1_000_000, 2_000_000, 4_000_000]
+    runs = [{"scheduler": "prism", "prism_latency": {"bounds_ns": bounds, "hists": {
+        "wait low read": {"1": 10}, "device low read": {"2": 10},
+        "device high read": {"1": 4}}}} for _ in range(2)]
+    lines = report.latency_table(runs)
+    high = next(x for x in lines if "| HIGH | read |" in x)
+    low = next(x for x in lines if "| LOW | read |" in x)
+    assert lines.index(high) < lines.index(low)
+    cells = [c.strip() for c in low.split("|")]
+    assert cells[4] == "10 ± 0"                          # requests, from device counts
+    assert cells[5].startswith("1.50")                    # wait P50 in ms
+    assert cells[7].startswith("3.00")                    # device P50
+    assert report.latency_table([{"scheduler": "none"}]) == []

@@ -6,6 +6,9 @@ results.json schema (version 1):
    "runs": [{"kernel", "workload", "scheduler", "rep", "device",
              "device_util", "wall_s", "prism_tiers"?, "prism_flight"? (the
              in-flight control from debugfs at the run's end),
+             "prism_latency"? (its latency histograms: "bounds_ns", and
+                               "hists" {"wait|device TIER DIR": {bucket:
+                               count}}, counted from the end of the ramp),
              "cpu_all"? (the whole machine's CPU time during the run, in
                          percent: busy, user, system, irq (hard+soft), iowait),
              "drive"? (emulated drives: stats.trace_summary of its trace),
@@ -55,6 +58,8 @@ def collect(raw: Path, kernel: str) -> list[dict]:
             run["prism_tiers"] = meta["prism_tiers"]
         if "prism_flight" in meta:
             run["prism_flight"] = meta["prism_flight"]
+        if "prism_latency" in meta:
+            run["prism_latency"] = meta["prism_latency"]
         if (rundir / "jobs.json").exists():
             # An application's run (prism.guest.pgbench): its records are made in the guest.
             run["jobs"] = json.loads((rundir / "jobs.json").read_text())
@@ -304,6 +309,9 @@ def report_md(out: Path, command: str, plan: dict, runs: list[dict],
         + f". {plan['reps']} repetitions of {plan['runtime']} s after {plan['ramp']} s ramp,"
         " schedulers interleaved. Figures: mean ± 95% interval over the repetitions.",
         "",
+        "Guest clock: instructions (QEMU `-icount shift=0`, one nanosecond per instruction"
+        " executed): rates and times measure the CPU work per I/O, not the host's speed."
+        if plan.get("clock") == "instructions" else "", "",
         f"Device utilisation over the runs: {min(utils):.0%} to {max(utils):.0%}"
         " (busy time / wall time; below ~90% the device was not the bottleneck)."
         if utils else "", "",
@@ -388,6 +396,7 @@ def report_md(out: Path, command: str, plan: dict, runs: list[dict],
             mine = [r for r in runs if r["kernel"] == kernel and r["workload"] == workload]
             lines += machine_table(mine)
             lines += flight_table(mine)
+            lines += latency_table(mine)
             lines += drive_table([r for r in mine if "drive" in r])
             for img in images:
                 if img.startswith(f"{kernel}-{workload}-"):
@@ -624,6 +633,42 @@ def flight_table(runs: list[dict]) -> list[str]:
                      f"{col(flight('target_us'), 1000, 2)} | {col(flight('held_window'), 1, 0)} | "
                      f"{col(flight('held_depth'), 1, 0)} | {col(flight('held_flow'), 1, 0)} | "
                      f"{col(shared, 0.01, 0)} % |")
+    return lines + [""]
+
+
+def latency_table(runs: list[dict]) -> list[str]:
+    """prism's own latency histograms (debugfs "latency", counted from
+    the end of the ramp): per tier and direction, how long requests
+    waited in the scheduler and how long the device took, next to fio's
+    end-to-end figures."""
+    rows = [r for r in runs if r.get("prism_latency")]
+    if not rows:
+        return []
+    lines = ["prism's latency histograms (debugfs `latency`, from the end of the ramp; wait: "
+             "allocation to dispatch, device: dispatch to completion; ms; percentiles "
+             "interpolated inside buckets of 1.33-1.5x):", "",
+             "| scheduler | tier | direction | requests | wait P50 | wait P99 | device P50 "
+             "| device P99 |", "|---|---|---|---|---|---|---|---|"]
+    for sched in dict.fromkeys(r["scheduler"] for r in rows):
+        mine = [r for r in rows if r["scheduler"] == sched]
+        keys = sorted({k.split(" ", 1)[1] for r in mine for k in r["prism_latency"]["hists"]},
+                      key=lambda k: (["high", "normal", "low"].index(k.split()[0]), k))
+        for key in keys:
+            def figure(kind: str, q: float | None, key=key, mine=mine) -> dict:
+                vals = []
+                for r in mine:
+                    lat = r["prism_latency"]
+                    h = lat["hists"].get(f"{kind} {key}", {})
+                    vals.append(sum(h.values()) if q is None
+                                else stats.hist_quantile(lat["bounds_ns"], h, q))
+                return stats.summarize([v for v in vals if v is not None])
+            tier, direction = key.split()
+            lines.append(f"| {sched} | {tier.upper()} | {direction} | "
+                         f"{_fmt(figure('device', None))} | "
+                         f"{_fmt(figure('wait', 0.5), 1e6, 2)} | "
+                         f"{_fmt(figure('wait', 0.99), 1e6, 2)} | "
+                         f"{_fmt(figure('device', 0.5), 1e6, 2)} | "
+                         f"{_fmt(figure('device', 0.99), 1e6, 2)} |")
     return lines + [""]
 
 

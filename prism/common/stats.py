@@ -90,6 +90,28 @@ def summarize(values: list[float]) -> dict:
     return {"n": n, "mean": mean, "sd": sd, "ci95": ci, "min": min(vals), "max": max(vals)}
 
 
+def hist_quantile(bounds: Sequence[int], counts: dict, q: float) -> float | None:
+    """The @q quantile (0-1) of a histogram: @bounds are the buckets'
+    lower bounds (the last bucket open-ended), @counts {bucket index:
+    count} (JSON may have made the keys strings). Linear inside the
+    bucket that holds it; the last bucket gives its lower bound."""
+    hist = {int(k): int(v) for k, v in counts.items()}
+    total = sum(hist.values())
+    if not total:
+        return None
+    rank = q * total
+    seen = 0
+    for b in sorted(hist):
+        n = hist[b]
+        if seen + n >= rank:
+            lo = bounds[b]
+            if b + 1 >= len(bounds):
+                return float(lo)
+            return lo + (bounds[b + 1] - lo) * max(0.0, rank - seen) / n
+        seen += n
+    return float(bounds[max(hist)])
+
+
 def paired_ratio(pairs: Sequence[tuple[float | None, float | None]]) -> dict:
     """The ratio a/b of two schedulers measured in the same repetitions
     (each pair run back to back in one boot): the geometric mean of the

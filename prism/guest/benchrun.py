@@ -13,6 +13,7 @@ import json
 import os
 import shutil
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -156,7 +157,13 @@ class RunMarks:
     counters at its end (stop()), and the run's meta.json made of them
     (write_meta())."""
 
-    def __init__(self, device: Device, plan: dict):
+    def __init__(self, device: Device, plan: dict, run: dict):
+        # prism's histograms count from the end of the ramp, as fio does.
+        self.latency_reset = None
+        if parse_scheduler(run["scheduler"])[0] == "prism":
+            self.latency_reset = threading.Timer(plan["ramp"], g.prism_latency_reset,
+                                                 [device.name])
+            self.latency_reset.start()
         self.before = device.stat()
         self.cpu_before = cpu_times()
         self.trace = Path(plan["trace"]) if plan.get("trace") else None
@@ -167,6 +174,8 @@ class RunMarks:
         self.cpu: dict = {}
 
     def stop(self, device: Device) -> None:
+        if self.latency_reset:
+            self.latency_reset.cancel()
         self.wall = time.monotonic() - self.t0
         self.after = device.stat()
         self.cpu = cpu_shares(self.cpu_before, cpu_times())
@@ -185,6 +194,7 @@ class RunMarks:
         if parse_scheduler(run["scheduler"])[0] == "prism":
             meta["prism_tiers"] = g.prism_tiers(device.name)
             meta["prism_flight"] = g.prism_flight(device.name)
+            meta["prism_latency"] = g.prism_latency(device.name)
         (rundir / "meta.json").write_text(json.dumps(meta, indent=1))
         return meta
 
@@ -207,7 +217,7 @@ def run_pgbench(run: dict, device: Device, plan: dict, rundir: Path, workload) -
     _database.start(device.dev)
     backup = fio = None
     try:
-        marks = RunMarks(device, plan)
+        marks = RunMarks(device, plan, run)
         t0 = time.time()        # epoch seconds, as pgbench's log has them
         if workload.companion == "basebackup":
             backup = pgbench.Backup(_database)
@@ -277,7 +287,7 @@ def cpu_shares(before: list[int], after: list[int]) -> dict:
 
 def _measure(run: dict, device: Device, plan: dict, rundir: Path, env: dict,
              workload) -> dict:
-    marks = RunMarks(device, plan)
+    marks = RunMarks(device, plan, run)
     cmd = ["fio", "--output-format=json", f"--output={rundir / 'fio.json'}",
            f"--write_lat_log={rundir / 'log'}", f"--write_iops_log={rundir / 'log'}",
            "--log_avg_msec=1000", f"--write_hist_log={rundir / 'log'}",

@@ -845,6 +845,60 @@ def check_rate_cap(ctx) -> dict:
     return {"ok": ok, "cap_mib_s": target, "capped": capped, "uncapped": free}
 
 
+def check_latency_hist(ctx) -> dict:
+    """prism's latency histograms (debugfs "latency") on null_blk with 2
+    slots of 5 ms: a BE7 random reader at iodepth 8 beside an RT random
+    writer at iodepth 1. Every request prism dispatched is in a wait
+    bucket and every one that completed in a device bucket, per tier
+    (against the tiers' own counters); device times sit at the device's
+    5 ms; the RT writes wait less than the BE7 reads, which queue behind
+    them. Writing anything but 0 is refused and changes nothing; 0 empties
+    them."""
+    dev = ctx["nullb"]
+    g.set_scheduler(dev, "prism")
+    common = [f"--filename=/dev/{dev}", "--direct=1", "--ioengine=libaio", "--bs=4k",
+              "--runtime=4", "--time_based"]
+    g.fio(args=["--name=low", "--rw=randread", "--iodepth=8", "--prioclass=2", "--prio=7",
+                *common, "--name=high", "--rw=randwrite", "--iodepth=1", "--prioclass=1",
+                "--prio=4", *common], timeout=120)
+    lat = g.prism_latency(dev)
+    tiers = g.prism_tiers(dev)
+
+    def count(kind: str, tier: str) -> int:
+        return sum(sum(h.values()) for k, h in lat["hists"].items()
+                   if k.startswith(f"{kind} {tier} "))
+
+    def p50(kind: str, key: str) -> float | None:
+        q = stats.hist_quantile(lat["bounds_ns"], lat["hists"].get(f"{kind} {key}", {}), 0.5)
+        return None if q is None else q / 1e6
+    books = {t: {"dispatched": tiers[t]["dispatched"], "waits": count("wait", t),
+                 "completed": tiers[t]["completed"], "device_times": count("device", t)}
+             for t in ("high", "normal", "low")}
+    ms = {"low_read_wait": p50("wait", "low read"), "high_write_wait": p50("wait", "high write"),
+          "low_read_device": p50("device", "low read"),
+          "high_write_device": p50("device", "high write")}
+    path = g.prism_latency_path(dev)
+    try:
+        path.write_text("x\n")
+        refused = False
+    except OSError:
+        refused = True
+    kept = g.prism_latency(dev)["hists"] == lat["hists"]
+    g.prism_latency_reset(dev)
+    emptied = not g.prism_latency(dev)["hists"]
+    counted = all(b["waits"] == b["dispatched"] and b["device_times"] == b["completed"]
+                  for b in books.values()) and books["low"]["completed"] > 0
+    low_dev, high_dev = ms["low_read_device"], ms["high_write_device"]
+    low_wait, high_wait = ms["low_read_wait"], ms["high_write_wait"]
+    timed = (low_dev is not None and high_dev is not None and low_wait is not None
+             and high_wait is not None and 4 <= low_dev <= 12 and 4 <= high_dev <= 12
+             and low_wait > high_wait)
+    balanced = conservation(dev)["balanced"]
+    return {"ok": counted and timed and refused and kept and emptied and balanced,
+            "books": books, "p50_ms": ms, "bad_write_refused": refused, "kept": kept,
+            "emptied": emptied, "balanced": balanced}
+
+
 def check_share_sweep(ctx) -> dict:
     """In sector order a tier served by its share sweeps its own streams
     in turn: three BE7 sequential readers at 1, 2 and 3 GiB under an RT
@@ -1230,6 +1284,7 @@ CHECKS = [
     ("share", check_share),
     ("share_sweep", check_share_sweep),
     ("rate_cap", check_rate_cap),
+    ("latency_hist", check_latency_hist),
     ("discard", check_discard),
     ("mapping_flips", check_mapping_flips),
     ("tag_reserve", check_tag_reserve),

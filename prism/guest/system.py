@@ -206,6 +206,34 @@ def prism_flight(dev: str) -> dict:
     return out
 
 
+def prism_latency_path(dev: str) -> Path:
+    return DEBUGFS / "block" / dev / "sched" / "latency"
+
+
+def prism_latency(dev: str) -> dict:
+    """prism's latency histograms from debugfs: the buckets' lower bounds
+    in ns, and per "kind tier direction" (e.g. "device high read") the
+    buckets that counted anything, as {bucket index: count}."""
+    mount_debugfs()
+    lines = prism_latency_path(dev).read_text().split("\n")
+    bounds = [int(v) for v in lines[0].split()[1:]]
+    hists = {}
+    for line in lines[1:]:
+        f = line.split()
+        if not f:
+            continue
+        counts = {i: int(v) for i, v in enumerate(f[3:]) if int(v)}
+        if counts:
+            hists[" ".join(f[:3]).lower()] = counts
+    return {"bounds_ns": bounds, "hists": hists}
+
+
+def prism_latency_reset(dev: str) -> None:
+    """Empty prism's latency histograms."""
+    mount_debugfs()
+    prism_latency_path(dev).write_text("0\n")
+
+
 def prism_flows(dev: str) -> list[dict]:
     """prism's flows from debugfs: one record per flow line (the fair
     queues' and overflow lines are left out)."""

@@ -1083,3 +1083,36 @@ TEST(choose_alone_matches_choose)
 	CHECK(batches > 1000);
 	CHECK(turns > 1000);
 }
+
+TEST(latency_buckets_are_log_scaled_and_cover_every_time)
+{
+	u32 b;
+	u64 ns;
+
+	CHECK_EQ(prism_hist_bucket(0), 0);
+	CHECK_EQ(prism_hist_bucket(1023), 0);
+	CHECK_EQ(prism_hist_bucket(1024), 1);
+	CHECK_EQ(prism_hist_bucket(1535), 1);
+	CHECK_EQ(prism_hist_bucket(1536), 2);
+	CHECK_EQ(prism_hist_bucket(2048), 3);
+	CHECK_EQ(prism_hist_bucket(3072), 4);
+	CHECK_EQ(prism_hist_bucket(~0ULL), PRISM_HIST_BUCKETS - 1);
+	/* Every bound falls in its own bucket, the ns before it in the last. */
+	for (b = 1; b < PRISM_HIST_BUCKETS; b++) {
+		CHECK_EQ(prism_hist_bucket(prism_hist_lower(b)), b);
+		CHECK_EQ(prism_hist_bucket(prism_hist_lower(b) - 1), b - 1);
+		CHECK(prism_hist_lower(b) > prism_hist_lower(b - 1));
+		/* No bucket spans more than 1.5x its lower bound. */
+		if (b > 1 && b < PRISM_HIST_BUCKETS - 1)
+			CHECK(2 * prism_hist_lower(b + 1) <=
+			      3 * prism_hist_lower(b));
+	}
+	/* 1 ms and 1 s land where their bounds say. */
+	for (ns = 1000; ns < 10000000000ULL; ns *= 10) {
+		b = prism_hist_bucket(ns);
+		CHECK(prism_hist_lower(b) <= ns);
+		CHECK(b == PRISM_HIST_BUCKETS - 1 ||
+		      ns < prism_hist_lower(b + 1));
+	}
+	CHECK(prism_hist_lower(PRISM_HIST_BUCKETS - 1) > 8000000000ULL);
+}
