@@ -249,9 +249,12 @@ def _vm_options(p: argparse.ArgumentParser) -> None:
                    help="6.1, 6.12 (default), a comma list or all")
     p.add_argument("--memory", default="2G", help="guest memory (default 2G)")
     p.add_argument("--cpus", type=int, default=2, help="guest CPUs (default 2)")
-    p.add_argument("--accel", choices=("auto", "tcg", "kvm"), default="auto",
+    p.add_argument("--accel", choices=("auto", "tcg", "kvm", "icount"), default="auto",
                    help="auto (default): KVM if a probe boot works (cached per host "
-                        "kernel), TCG otherwise; or force one")
+                        "kernel), TCG otherwise; or force one; icount: TCG with the "
+                        "guest's clock counting instructions (1 ns each), so guest "
+                        "timings measure CPU work, repeatably (for nullb-cpu; not for "
+                        "the emulated drives, which keep the host's time)")
     p.add_argument("--timeout", type=float, default=1800,
                    help="kill the guest after this many seconds (default 1800; a benchmark "
                         "boot gets at least what its plan needs)")

@@ -661,6 +661,20 @@ def test_flight_table_reads_prisms_decisions():
     assert report.flight_table([{"scheduler": "none"}]) == []
 
 
+def test_instruction_clock_is_refused_for_drives_in_host_time():
+    import argparse
+    args = argparse.Namespace(device="hdd", accel="icount", reps=1, runtime=1, ramp=0,
+                              workload="cpu_randread1", disk_params=None,
+                              schedulers="none", pgbench_scale=1)
+    with pytest.raises(PrismError, match="instruction clock"):
+        bench.validate(args)
+    args.device = "nullb-cpu"
+    bench.validate(args)
+    assert bench.make_plan(args)["clock"] == "instructions"
+    args.accel = "tcg"
+    assert "clock" not in bench.make_plan(args)
+
+
 def test_histogram_quantiles_interpolate_inside_buckets():
     bounds = [0, 1000, 2000, 4000]
     # 100 samples: 50 in [1000, 2000), 50 in [2000, 4000).

@@ -191,6 +191,8 @@ def make_plan(args) -> dict:
             "schedulers": parse_schedulers(args.schedulers),
             "reps": args.reps, "runtime": args.runtime, "ramp": args.ramp,
             "source": source_revision()}
+    if getattr(args, "accel", "auto") == "icount" and not args.device.startswith("/"):
+        plan["clock"] = "instructions"
     if args.device in MODEL_PROFILES:
         # Recorded with the results: what the emulated drive was.
         plan["disk_params"] = dataclasses.asdict(disk_profile(args))
@@ -214,6 +216,10 @@ def validate(args) -> None:
                          "cloud, ssd-model, virtio, nvme or a real device)")
     if apps and getattr(args, "pgbench_scale", 1) < 1:
         raise UsageError("--pgbench-scale must be at least 1")
+    if getattr(args, "accel", "auto") == "icount" and args.device in MODEL_PROFILES:
+        raise UsageError(f"--accel icount: {args.device} is served from the host in the "
+                         "host's time, which the guest's instruction clock does not follow "
+                         "(use it with nullb-cpu, nullb-ssd, virtio or nvme)")
     if getattr(args, "disk_params", None) and args.device not in MODEL_PROFILES:
         raise UsageError("--disk-params is for the emulated drives: "
                          + ", ".join(MODEL_PROFILES))
