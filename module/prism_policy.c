@@ -161,18 +161,6 @@ static int oldest_dir(const struct prism_tier_view *v)
 	return oldest_of(v, ALL_FIFOS);
 }
 
-/*
- * How to take from FIFO list @dir: next in sort order, unless the head has
- * expired; sync writes always in arrival order, since they are few, small
- * and each the link of a chain someone waits on, and the sort tree holds
- * background writes too.
- */
-static enum prism_take take_for(int dir, bool expired)
-{
-	return expired || dir == PRISM_SYNC_WRITE ? PRISM_TAKE_FIFO :
-						    PRISM_TAKE_NEXT;
-}
-
 /* Requests in flight from @tier and the tiers below it. */
 static u32 inflight_from(const struct prism_tier_view view[PRISM_NR_TIERS],
 			 int tier)
@@ -314,15 +302,6 @@ static bool batch_waits(const struct prism_tier_view view[PRISM_NR_TIERS],
 	       prism_batch_may_wait(b, t);
 }
 
-/* A choice in a tier's own right: not aged, not a share, not expired. */
-static void choice_plain(struct prism_choice *c)
-{
-	c->aged = false;
-	c->shared = false;
-	c->expired = false;
-	c->batch = false;
-}
-
 /* Close the open batch: the next dispatch arbitrates afresh. */
 static void batch_close(struct prism_batch *b)
 {
@@ -374,7 +353,7 @@ bool prism_choose(const struct prism_tier_view view[PRISM_NR_TIERS],
 	if (tier == PRISM_NR_TIERS)
 		return false;
 
-	choice_plain(c);
+	prism_choice_plain(c);
 
 	if (pick_aged(view, guard, t, now, c) ||
 	    pick_share(view, guard, b, t, f, c, &owed)) {
@@ -421,53 +400,6 @@ bool prism_choose(const struct prism_tier_view view[PRISM_NR_TIERS],
 }
 
 /*
- * The open batch goes on if its flow has @left requests on the batch's
- * list and its turn has room (fifo_batch requests, quantum of cost):
- * fill in @c for the next one and count it. prism_choose() continues the
- * batch this way once nothing else applies.
- */
-bool prism_choose_batch(struct prism_batch *b, const struct prism_tunables *t,
-			u32 left, struct prism_choice *c)
-{
-	if (!left || !prism_batch_may_wait(b, t))
-		return false;
-	c->tier = b->tier;
-	c->flow = b->flow;
-	c->dir = b->dir;
-	c->take = take_for(b->dir, false);
-	choice_plain(c);
-	c->batch = true;
-	b->count++;
-	return true;
-}
-
-/*
- * prism_choose() for a device with one busy tier, without its view: the
- * mechanism has checked that @tier alone has requests queued and that no
- * tier above it is active (in flight, anticipated, flushing). Then no
- * aging or share can apply and nothing guards, so the open batch goes on
- * in @tier (its flow has @left requests on its list) or the tier's fair
- * queue starts a new turn (c->flow -1), unless the batch's flow may be
- * waited for (@may_wait: see prism_flow_expected()), which takes the full
- * view to decide: false then. The policy tests hold the two to the same
- * answer. On a device with one busy tier that is most dispatches, and
- * building the view most of their cost.
- */
-bool prism_choose_alone(struct prism_batch *b, const struct prism_tunables *t,
-			int tier, u32 left, bool may_wait,
-			struct prism_choice *c)
-{
-	if (b->tier == tier && prism_choose_batch(b, t, left, c))
-		return true;
-	if (may_wait)
-		return false;
-	c->tier = tier;
-	c->flow = -1;
-	choice_plain(c);
-	return true;
-}
-
-/*
  * Inside the flow c->flow the mechanism chose (its lists in @fv): for a
  * share dispatch, its oldest FIFO head's list, in the flow's own order
  * unless that head has expired; otherwise open a batch there with
@@ -499,7 +431,7 @@ void prism_choose_in_flow(const struct prism_tier_view *fv,
 	c->dir = dir;
 	c->expired = prism_time_after_eq(now, fv->dir[dir].oldest +
 					 t->fifo_expire[dir]);
-	c->take = take_for(dir, c->expired);
+	c->take = prism_take_for(dir, c->expired);
 	if (c->shared)
 		return;
 	b->tier = c->tier;
@@ -507,28 +439,6 @@ void prism_choose_in_flow(const struct prism_tier_view *fv,
 	b->dir = dir;
 	b->count = 1;
 	b->cost = 0;
-}
-
-/*
- * Feed one request of @sectors at @pos into a flow's detector @s (zeroed
- * when the flow is made); returns whether the flow now counts as
- * sequential.
- */
-bool prism_stream_update(struct prism_stream *s, u64 pos, u32 sectors,
-			 u32 seq_gap)
-{
-	u64 gap;
-
-	gap = pos >= s->last_end ? pos - s->last_end : s->last_end - pos;
-	if (gap <= seq_gap) {
-		if (s->score < PRISM_SEQ_SCORE_MAX)
-			s->score++;
-	} else {
-		/* Fall faster than rising: one seek costs more than a hit. */
-		s->score = s->score >= 2 ? s->score - 2 : 0;
-	}
-	s->last_end = pos + sectors;
-	return s->score >= PRISM_SEQ_THRESHOLD;
 }
 
 /* Scheduler tags a tier may hold at once; never zero, so no tier hangs. */
@@ -1005,62 +915,6 @@ u64 prism_bucket_wait(const struct prism_bucket *bk, u64 rate, u64 now)
 }
 
 /*
- * A flow becomes backlogged: it starts where it left off, or at the
- * tier's virtual time if that is later, so an idle flow banks nothing
- * and a flow that used more than its share keeps its debt.
- */
-void prism_fq_activate(struct prism_fq *fq, struct prism_fq_flow *f,
-		       u32 weight)
-{
-	if (f->backlogged)
-		return;
-	if (!fq->nr || prism_vt_before(f->start, fq->vtime))
-		f->start = fq->vtime;
-	prism_fq_return(fq, f, weight);
-}
-
-/*
- * A flow comes back while it was expected (prism_flow_expected(): a
- * request of it still in the device, or within the window after its
- * last completion): it keeps its start, what it is owed as much as any
- * debt, as if it had stayed backlogged through the gap. A stream issuing
- * one request at a time is never backlogged when the device frees, and
- * were it restarted at the tier's virtual time at each return, it would
- * forfeit its weight: flows of every weight would be served alike.
- */
-void prism_fq_return(struct prism_fq *fq, struct prism_fq_flow *f, u32 weight)
-{
-	if (f->backlogged)
-		return;
-	f->weight = weight ? weight : 1;
-	f->backlogged = true;
-	fq->wsum += f->weight;
-	fq->nr++;
-}
-
-void prism_fq_deactivate(struct prism_fq *fq, struct prism_fq_flow *f)
-{
-	if (!f->backlogged)
-		return;
-	f->backlogged = false;
-	fq->wsum -= f->weight;
-	fq->nr--;
-}
-
-/*
- * Charge @cost of device time to a flow: its start moves by cost over its
- * weight, the tier's virtual time by cost over the weights of all
- * backlogged flows (the fluid system's progress); its next turn is
- * expected to cost as much as this request.
- */
-void prism_fq_charge(struct prism_fq *fq, struct prism_fq_flow *f, u64 cost)
-{
-	f->start += prism_vt_delta(cost, f->weight);
-	f->est = cost;
-	fq->vtime += prism_vt_delta(cost, fq->wsum ? fq->wsum : f->weight);
-}
-
-/*
  * The device idled @ns for a flow's expected next request: that time was
  * the flow's (it held the device), so its virtual time moves as if it had
  * been served that long, and the tier's with it. Its turn's cost is not
@@ -1131,9 +985,7 @@ int prism_fq_pick_done(struct prism_fq_pick *p, struct prism_fq *fq)
 
 u64 prism_flow_part(u32 nr_requests, const struct prism_tunables *t)
 {
-	u64 part = (u64)nr_requests * t->flow_depth / 100;
-
-	return part ? part : 1;
+	return prism_flow_part_pct(nr_requests, t->flow_depth);
 }
 
 u32 prism_flow_alloc_depth(u64 owned, bool others, u32 nr_requests,

@@ -284,11 +284,6 @@ bool prism_choose(const struct prism_tier_view view[PRISM_NR_TIERS],
 		  const struct prism_flight *f, unsigned long now,
 		  struct prism_choice *c, enum prism_hold *hold);
 
-bool prism_choose_batch(struct prism_batch *b, const struct prism_tunables *t,
-			u32 left, struct prism_choice *c);
-bool prism_choose_alone(struct prism_batch *b, const struct prism_tunables *t,
-			int tier, u32 left, bool may_wait,
-			struct prism_choice *c);
 
 /*
  * After a dispatch: in sector order a request from a random stream ends
@@ -308,8 +303,27 @@ static inline void prism_note_dispatch(struct prism_batch *b,
 		b->count = t->fifo_batch;
 }
 
-bool prism_stream_update(struct prism_stream *s, u64 pos, u32 sectors,
-			 u32 seq_gap);
+/*
+ * Feed one request of @sectors at @pos into a flow's detector @s (zeroed
+ * when the flow is made); returns whether the flow now counts as
+ * sequential.
+ */
+static inline bool prism_stream_update(struct prism_stream *s, u64 pos,
+				       u32 sectors, u32 seq_gap)
+{
+	u64 gap;
+
+	gap = pos >= s->last_end ? pos - s->last_end : s->last_end - pos;
+	if (gap <= seq_gap) {
+		if (s->score < PRISM_SEQ_SCORE_MAX)
+			s->score++;
+	} else {
+		/* Fall faster than rising: one seek costs more than a hit. */
+		s->score = s->score >= 2 ? s->score - 2 : 0;
+	}
+	s->last_end = pos + sectors;
+	return s->score >= PRISM_SEQ_THRESHOLD;
+}
 
 u32 prism_tier_depth(enum prism_tier tier, u32 nr_requests,
 		     const struct prism_tunables *t);
@@ -766,11 +780,65 @@ static inline u64 prism_fq_finish(const struct prism_fq_flow *f)
 	return f->start + prism_vt_delta(f->est, f->weight);
 }
 
-void prism_fq_activate(struct prism_fq *fq, struct prism_fq_flow *f,
-		       u32 weight);
-void prism_fq_return(struct prism_fq *fq, struct prism_fq_flow *f, u32 weight);
-void prism_fq_deactivate(struct prism_fq *fq, struct prism_fq_flow *f);
-void prism_fq_charge(struct prism_fq *fq, struct prism_fq_flow *f, u64 cost);
+/*
+ * A flow comes back while it was expected (prism_flow_expected(): a
+ * request of it still in the device, or within the window after its
+ * last completion): it keeps its start, what it is owed as much as any
+ * debt, as if it had stayed backlogged through the gap. A stream issuing
+ * one request at a time is never backlogged when the device frees, and
+ * were it restarted at the tier's virtual time at each return, it would
+ * forfeit its weight: flows of every weight would be served alike.
+ */
+static inline void prism_fq_return(struct prism_fq *fq,
+				   struct prism_fq_flow *f, u32 weight)
+{
+	if (f->backlogged)
+		return;
+	f->weight = weight ? weight : 1;
+	f->backlogged = true;
+	fq->wsum += f->weight;
+	fq->nr++;
+}
+
+/*
+ * A flow becomes backlogged: it starts where it left off, or at the
+ * tier's virtual time if that is later, so an idle flow banks nothing
+ * and a flow that used more than its share keeps its debt.
+ */
+static inline void prism_fq_activate(struct prism_fq *fq,
+				     struct prism_fq_flow *f, u32 weight)
+{
+	if (f->backlogged)
+		return;
+	if (!fq->nr || prism_vt_before(f->start, fq->vtime))
+		f->start = fq->vtime;
+	prism_fq_return(fq, f, weight);
+}
+
+static inline void prism_fq_deactivate(struct prism_fq *fq,
+				       struct prism_fq_flow *f)
+{
+	if (!f->backlogged)
+		return;
+	f->backlogged = false;
+	fq->wsum -= f->weight;
+	fq->nr--;
+}
+
+/*
+ * Charge @cost of device time to a flow: its start moves by cost over its
+ * weight, the tier's virtual time by cost over the weights of all
+ * backlogged flows (the fluid system's progress); its next turn is
+ * expected to cost as much as this request.
+ */
+static inline void prism_fq_charge(struct prism_fq *fq,
+				   struct prism_fq_flow *f, u64 cost)
+{
+	f->start += prism_vt_delta(cost, f->weight);
+	f->est = cost;
+	fq->vtime += prism_vt_delta(cost, fq->wsum ? fq->wsum : f->weight);
+}
+
 void prism_fq_charge_idle(struct prism_fq *fq, struct prism_fq_flow *f,
 			  u64 ns);
 bool prism_fq_reclaimable(const struct prism_fq *fq,
@@ -811,6 +879,14 @@ u32 prism_flow_alloc_depth(u64 owned, bool others, u32 nr_requests,
 /* The scheduler tags a flow may hold before it is limited (flow_depth %). */
 u64 prism_flow_part(u32 nr_requests, const struct prism_tunables *t);
 
+/* The same for a flow_depth of @pct, read apart from the tunables. */
+static inline u64 prism_flow_part_pct(u32 nr_requests, u32 pct)
+{
+	u64 part = (u64)nr_requests * pct / 100;
+
+	return part ? part : 1;
+}
+
 /*
  * Whether the open batch's turn has room left to wait for its flow: the
  * same bounds as its going on (fifo_batch requests, quantum of cost).
@@ -848,6 +924,76 @@ void prism_account_idle(struct prism_batch *b, const struct prism_tunables *t,
 /* Book one dispatch: shares and the batch's cost. */
 void prism_account(struct prism_batch *b, const struct prism_tunables *t,
 		   u32 queued_tiers, const struct prism_choice *c, u64 cost);
+
+/*
+ * How to take from FIFO list @dir: next in sort order, unless the head has
+ * expired; sync writes always in arrival order, since they are few, small
+ * and each the link of a chain someone waits on, and the sort tree holds
+ * background writes too.
+ */
+static inline enum prism_take prism_take_for(int dir, bool expired)
+{
+	return expired || dir == PRISM_SYNC_WRITE ? PRISM_TAKE_FIFO :
+						    PRISM_TAKE_NEXT;
+}
+
+/* A choice in a tier's own right: not aged, not a share, not expired. */
+static inline void prism_choice_plain(struct prism_choice *c)
+{
+	c->aged = false;
+	c->shared = false;
+	c->expired = false;
+	c->batch = false;
+}
+
+/*
+ * The open batch goes on if its flow has @left requests on the batch's
+ * list and its turn has room (fifo_batch requests, quantum of cost):
+ * fill in @c for the next one and count it. prism_choose() continues the
+ * batch this way once nothing else applies.
+ */
+static inline bool prism_choose_batch(struct prism_batch *b,
+				      const struct prism_tunables *t,
+				      u32 left, struct prism_choice *c)
+{
+	if (!left || !prism_batch_may_wait(b, t))
+		return false;
+	c->tier = b->tier;
+	c->flow = b->flow;
+	c->dir = b->dir;
+	c->take = prism_take_for(b->dir, false);
+	prism_choice_plain(c);
+	c->batch = true;
+	b->count++;
+	return true;
+}
+
+/*
+ * prism_choose() for a device with one busy tier, without its view: the
+ * mechanism has checked that @tier alone has requests queued and that no
+ * tier above it is active (in flight, anticipated, flushing). Then no
+ * aging or share can apply and nothing guards, so the open batch goes on
+ * in @tier (its flow has @left requests on its list) or the tier's fair
+ * queue starts a new turn (c->flow -1), unless the batch's flow may be
+ * waited for (@may_wait: see prism_flow_expected()), which takes the full
+ * view to decide: false then. The policy tests hold the two to the same
+ * answer. On a device with one busy tier that is most dispatches, and
+ * building the view most of their cost.
+ */
+static inline bool prism_choose_alone(struct prism_batch *b,
+				      const struct prism_tunables *t,
+				      int tier, u32 left, bool may_wait,
+				      struct prism_choice *c)
+{
+	if (b->tier == tier && prism_choose_batch(b, t, left, c))
+		return true;
+	if (may_wait)
+		return false;
+	c->tier = tier;
+	c->flow = -1;
+	prism_choice_plain(c);
+	return true;
+}
 
 /*
  * Latency histograms (debugfs "latency"): log-scaled buckets of

@@ -351,6 +351,7 @@ struct prism_data {
 	struct prism_tun_rcu __rcu *tun;
 	int front_merges;
 	int sort_mode;
+	u32 flow_depth;		/* the tunable, for limit_depth()'s fast path */
 
 	/*
 	 * Latency histograms (debugfs "latency"), per tier and direction, in
@@ -845,20 +846,12 @@ static void prism_learn_fold(struct prism_data *pd)
 	prism_model_update(pd);
 }
 
-/*
- * Re-read the dispatch order from sort_mode and the queue's rotational
- * flag, which a driver or the user may change at any time. When sorting
- * is switched on, queued requests enter the trees so that none is missed.
- * The cost model follows the rotational flag too.
- */
-static void prism_update_order(struct prism_data *pd, struct request_queue *q)
+/* prism_update_order() found the media or sort_mode changed. */
+static noinline void prism_order_changed(struct prism_data *pd,
+					 bool rotational, bool sorted)
 {
-	bool rotational = !blk_queue_nonrot(q);
-	bool sorted = prism_sorted(READ_ONCE(pd->sort_mode), rotational);
 	struct request *rq;
 	int f, d;
-
-	lockdep_assert_held(&pd->lock);
 
 	if (rotational != pd->rotational) {
 		pd->rotational = rotational;
@@ -874,6 +867,25 @@ static void prism_update_order(struct prism_data *pd, struct request_queue *q)
 			list_for_each_entry(rq, &pd->flows[f].fifo[d], queuelist)
 				if (!(prism_rq_state(rq) & PRISM_RQ_SORTED))
 					prism_sort_add(&pd->flows[f], rq);
+}
+
+/*
+ * Re-read the dispatch order from sort_mode and the queue's rotational
+ * flag, which a driver or the user may change at any time. When sorting
+ * is switched on, queued requests enter the trees so that none is missed.
+ * The cost model follows the rotational flag too. On every insert and
+ * dispatch: the check inline, the change out of line.
+ */
+static inline void prism_update_order(struct prism_data *pd,
+				      struct request_queue *q)
+{
+	bool rotational = !blk_queue_nonrot(q);
+	bool sorted = prism_sorted(READ_ONCE(pd->sort_mode), rotational);
+
+	lockdep_assert_held(&pd->lock);
+
+	if (unlikely(rotational != pd->rotational || sorted != pd->sorted))
+		prism_order_changed(pd, rotational, sorted);
 }
 
 /*
@@ -939,14 +951,13 @@ static unsigned long prism_first_insert(struct prism_data *pd,
 	 * while a lower tier owns requests, when completions are timed (see
 	 * prism_want_time()) and the think time decides anything.
 	 */
-	if (tier != PRISM_LOW && !prism_owned(tq) &&
-	    prism_lower_owned(pd, tier)) {
+	owned = prism_owned(tq);
+	if (tier != PRISM_LOW && !owned && prism_lower_owned(pd, tier)) {
 		tq->think.last_done = READ_ONCE(tq->done_ns);
 		prism_think_sample(&tq->think, ktime_get_ns());
 	}
 	WRITE_ONCE(tq->inserted, tq->inserted + 1);
-	owned = prism_owned(tq);
-	if (owned > tq->max_owned)
+	if (++owned > tq->max_owned)
 		tq->max_owned = owned;
 	return st | PRISM_RQ_SEEN;
 }
@@ -1488,7 +1499,8 @@ static void prism_flow_hold(struct prism_data *pd, struct blk_mq_hw_ctx *hctx,
 }
 
 static u32 prism_tier_limit(struct prism_data *pd, const struct prism_tunables *t,
-			    enum prism_tier tier, u32 nr, unsigned long now);
+			    enum prism_tier tier, u32 nr, const u64 *owned,
+			    unsigned long now);
 
 /*
  * Whether @fl's next request could get a scheduler tag: not while the
@@ -1502,13 +1514,16 @@ static bool prism_flow_can_allocate(struct prism_data *pd,
 				    struct prism_flow *fl)
 {
 	u32 nr = pd->q->nr_requests, limit;
-	u64 owned = 0;
+	u64 owned[PRISM_NR_TIERS], total = 0;
 	int t;
 
-	for (t = 0; t < PRISM_NR_TIERS; t++)
-		owned += prism_owned(&pd->tier[t]);
-	limit = prism_tier_limit(pd, prism_tun(pd), fl->tier, nr, jiffies);
-	return owned < (limit ? limit : nr);
+	for (t = 0; t < PRISM_NR_TIERS; t++) {
+		owned[t] = prism_owned(&pd->tier[t]);
+		total += owned[t];
+	}
+	limit = prism_tier_limit(pd, prism_tun(pd), fl->tier, nr, owned,
+				 jiffies);
+	return total < (limit ? limit : nr);
 }
 
 /*
@@ -1574,22 +1589,83 @@ static bool prism_tier_alone(struct prism_data *pd,
 	return true;
 }
 
+/*
+ * prism_choose() on the full view of the tiers: false if nothing may be
+ * dispatched now, after arranging for the queue to run again (a window,
+ * depth, flow or rate hold). The tiers that had requests to offer go to
+ * @queued_tiers, a flow expected back that the choice may wait for to
+ * @waited. Not inlined: Debian's kernels zero every stack variable
+ * (INIT_STACK_ALL_ZERO), and the views are the biggest ones of a
+ * dispatch; the one-tier shortcut does without them.
+ */
+static noinline_for_stack bool
+prism_choose_viewed(struct prism_data *pd, struct blk_mq_hw_ctx *hctx,
+		    const struct prism_tunables *tun, u32 depth, u64 *now,
+		    struct prism_choice *c, u32 *queued_tiers,
+		    struct prism_flow **waited)
+{
+	struct prism_tier_view view[PRISM_NR_TIERS];
+	struct prism_flight flight;
+	struct prism_flow *fl;
+	enum prism_hold hold;
+	u64 window = 0, rate;
+	u32 throttled = 0;
+	int t, first = PRISM_NR_TIERS;
+
+	for (t = 0; t < PRISM_NR_TIERS; t++) {
+		prism_tier_view(pd, t, &view[t]);
+		view[t].batch_left = 0;
+		view[t].flow_waits = false;
+		if (!tq_queued(&pd->tier[t]))
+			continue;
+		rate = prism_tier_rate(pd, tun, t);
+		if (rate) {
+			if (!*now)
+				*now = ktime_get_ns();
+			if (prism_tier_throttled(pd, t, rate, *now, &view[t])) {
+				throttled |= BIT(t);
+				continue;
+			}
+		}
+		*queued_tiers |= 1U << t;
+		if (first == PRISM_NR_TIERS)
+			first = t;
+	}
+	if (pd->batch.tier >= 0 && pd->batch.flow >= 0) {
+		fl = &pd->flows[pd->batch.flow];
+		if (fl->tier == pd->batch.tier && !(throttled & BIT(fl->tier)))
+			view[fl->tier].batch_left = fl->queued[pd->batch.dir];
+	}
+	prism_view_flight(pd, hctx->queue, view, first, &flight, now, &window);
+	*waited = *queued_tiers ?
+		  prism_flow_waited(pd, view, throttled, now) : NULL;
+
+	flight.depth = depth;
+	flight.lower_limit = pd->depth.limit;
+	if (prism_choose(view, &pd->batch, tun, &flight, jiffies, c, &hold))
+		return true;
+	if (hold == PRISM_HOLD_FLOW)
+		prism_flow_hold(pd, hctx, *waited, *now);
+	else if (hold != PRISM_HOLD_NONE)
+		prism_hold(pd, hctx, hold, view, *now, window);
+	if (throttled)
+		prism_rate_hold(pd, tun, throttled, *now);
+	return false;
+}
+
 static struct request *prism_dispatch_request(struct blk_mq_hw_ctx *hctx)
 {
 	struct request_queue *q = hctx->queue;
 	struct prism_data *pd = q->elevator->elevator_data;
 	const struct prism_tunables *tun;
-	struct prism_tier_view view[PRISM_NR_TIERS];
 	struct prism_tier_queue *tq;
-	struct prism_flight flight;
 	struct prism_choice c;
 	struct prism_flow *fl, *waited = NULL;
-	enum prism_hold hold;
 	struct request *rq;
-	u64 now = 0, window = 0, flow_window, cost, rate;
+	u64 now = 0, flow_window, cost;
 	unsigned long st;
-	u32 queued_tiers = 0, throttled = 0, depth;
-	int t, dir, first = PRISM_NR_TIERS;
+	u32 queued_tiers = 0, depth;
+	int t, dir;
 
 	spin_lock(&pd->lock);
 
@@ -1644,45 +1720,9 @@ static struct request *prism_dispatch_request(struct blk_mq_hw_ctx *hctx)
 		}
 	}
 
-	for (t = 0; t < PRISM_NR_TIERS; t++) {
-		prism_tier_view(pd, t, &view[t]);
-		view[t].batch_left = 0;
-		view[t].flow_waits = false;
-		if (!tq_queued(&pd->tier[t]))
-			continue;
-		rate = prism_tier_rate(pd, tun, t);
-		if (rate) {
-			if (!now)
-				now = ktime_get_ns();
-			if (prism_tier_throttled(pd, t, rate, now, &view[t])) {
-				throttled |= BIT(t);
-				continue;
-			}
-		}
-		queued_tiers |= 1U << t;
-		if (first == PRISM_NR_TIERS)
-			first = t;
-	}
-	if (pd->batch.tier >= 0 && pd->batch.flow >= 0) {
-		fl = &pd->flows[pd->batch.flow];
-		if (fl->tier == pd->batch.tier && !(throttled & BIT(fl->tier)))
-			view[fl->tier].batch_left = fl->queued[pd->batch.dir];
-	}
-	prism_view_flight(pd, q, view, first, &flight, &now, &window);
-	waited = queued_tiers ? prism_flow_waited(pd, view, throttled, &now) :
-				NULL;
-
-	flight.depth = depth;
-	flight.lower_limit = pd->depth.limit;
-	if (!prism_choose(view, &pd->batch, tun, &flight, jiffies, &c, &hold)) {
-		if (hold == PRISM_HOLD_FLOW)
-			prism_flow_hold(pd, hctx, waited, now);
-		else if (hold != PRISM_HOLD_NONE)
-			prism_hold(pd, hctx, hold, view, now, window);
-		if (throttled)
-			prism_rate_hold(pd, tun, throttled, now);
+	if (!prism_choose_viewed(pd, hctx, tun, depth, &now, &c, &queued_tiers,
+				 &waited))
 		goto unlock;
-	}
 
 turn:
 	if (c.flow < 0) {
@@ -1834,32 +1874,30 @@ static bool prism_has_work(struct blk_mq_hw_ctx *hctx)
 	return queued && queued != READ_ONCE(pd->nr_capped);
 }
 
-/* Whether @tier owns requests or completed one just now; lockless. */
-static bool prism_tier_active_now(struct prism_data *pd, enum prism_tier tier,
-				  unsigned long now)
-{
-	struct prism_tier_queue *tq = &pd->tier[tier];
-
-	return prism_tier_active(prism_owned(tq), READ_ONCE(tq->last_done),
-				 now, HZ);
-}
-
 /*
  * Tag reserve: while a higher tier is active, a NORMAL or LOW allocation
  * may take only its tier's share of the scheduler tags, so a higher-tier
  * request finds one free instead of queueing in tag allocation where
  * prism cannot see it. 0: no limit.
  */
-static u32 prism_tier_limit(struct prism_data *pd, const struct prism_tunables *t,
-			    enum prism_tier tier, u32 nr, unsigned long now)
+/* Whether a tier above @tier is active (prism_tier_active()); lockless. */
+static bool prism_higher_active(struct prism_data *pd, enum prism_tier tier,
+				const u64 *owned, unsigned long now)
 {
-	bool high_active = prism_tier_active_now(pd, PRISM_HIGH, now);
+	int t;
 
-	if (tier == PRISM_HIGH)
-		return 0;
-	/* With HIGH inactive, NORMAL is the active tier above a LOW one. */
-	if (!high_active && (tier != PRISM_LOW ||
-			     !prism_tier_active_now(pd, PRISM_NORMAL, now)))
+	for (t = 0; t < tier; t++)
+		if (prism_tier_active(owned[t], READ_ONCE(pd->tier[t].last_done),
+				      now, HZ))
+			return true;
+	return false;
+}
+
+static u32 prism_tier_limit(struct prism_data *pd, const struct prism_tunables *t,
+			    enum prism_tier tier, u32 nr, const u64 *owned,
+			    unsigned long now)
+{
+	if (!prism_higher_active(pd, tier, owned, now))
 		return 0;
 	return prism_alloc_depth(tier, true, nr, t);
 }
@@ -1872,19 +1910,15 @@ static u32 prism_tier_limit(struct prism_data *pd, const struct prism_tunables *
  */
 static u32 prism_flow_limit(struct prism_data *pd,
 			    const struct prism_tunables *t,
-			    enum prism_tier tier, u32 nr)
+			    enum prism_tier tier, u32 nr, u64 total)
 {
 	struct prism_flow *fl;
-	u64 total = 0, owned;
+	u64 owned;
 	u32 depth;
-	int i;
 
-	if (t->flow_depth >= 100)
-		return 0;
-	for (i = 0; i < PRISM_NR_TIERS; i++)
-		total += prism_owned(&pd->tier[i]);
 	/* No two flows own requests, or none can own its part: no lookup. */
-	if (total < 2 || total < prism_flow_part(nr, t))
+	if (t->flow_depth >= 100 || total < 2 ||
+	    total < prism_flow_part(nr, t))
 		return 0;
 	fl = prism_flow_find(pd, prism_flow_key(current->tgid, tier));
 	if (!fl || READ_ONCE(fl->rt))
@@ -1910,17 +1944,36 @@ static void prism_limit_depth(blk_opf_t opf, struct blk_mq_alloc_data *data)
 	unsigned int nr = data->q->nr_requests;
 	const struct prism_tunables *t;
 	enum prism_tier tier;
-	u32 pid = current->pid;
+	unsigned long now = jiffies;
+	u32 pid = current->pid, pct;
+	u64 owned[PRISM_NR_TIERS], total = 0;
 	u32 depth, fdepth;
+	int i;
 
 	tier = prism_alloc_tier(READ_ONCE(pd->recent[prism_recent_slot(pid)]),
 				pid, PRISM_NR_TIERS);
+	for (i = 0; i < PRISM_NR_TIERS; i++) {
+		owned[i] = prism_owned(&pd->tier[i]);
+		total += owned[i];
+	}
+	/*
+	 * The common case, decided without the tunables (rcu_read_lock() is
+	 * a call on preemptible-RCU kernels): no tier above is active, so no
+	 * reserve applies, and no flow can own its part of the tags.
+	 */
+	if (tier != PRISM_NR_TIERS &&
+	    !prism_higher_active(pd, tier, owned, now)) {
+		pct = READ_ONCE(pd->flow_depth);
+		if (pct >= 100 || total < 2 ||
+		    total < prism_flow_part_pct(nr, pct))
+			return;
+	}
 	rcu_read_lock();
 	t = &rcu_dereference(pd->tun)->t;
 	if (tier == PRISM_NR_TIERS)
 		tier = prism_tier_of(t, get_current_ioprio());
-	depth = prism_tier_limit(pd, t, tier, nr, jiffies);
-	fdepth = prism_flow_limit(pd, t, tier, nr);
+	depth = prism_tier_limit(pd, t, tier, nr, owned, now);
+	fdepth = prism_flow_limit(pd, t, tier, nr, total);
 	rcu_read_unlock();
 
 	if (fdepth && (!depth || fdepth < depth))
@@ -2049,13 +2102,14 @@ static int prism_request_merge(struct request_queue *q, struct request **rq,
 	struct prism_flow *fl;
 	struct request *__rq;
 
-	if (!READ_ONCE(pd->front_merges))
+	/*
+	 * Front merges need the sort tree, kept only in sector order (under
+	 * the lock, as this runs): the submitter's flow's, where its
+	 * stream's requests are.
+	 */
+	if (!READ_ONCE(pd->front_merges) || !pd->sorted)
 		return ELEVATOR_NO_MERGE;
 
-	/*
-	 * Front merges need the sort tree, kept only in sector order: the
-	 * submitter's flow's, where its stream's requests are.
-	 */
 	fl = prism_bio_flow(pd, bio);
 	if (!fl)
 		return ELEVATOR_NO_MERGE;
@@ -2186,6 +2240,7 @@ static int prism_init_sched(struct request_queue *q, struct elevator_type *e)
 	}
 	prism_tunables_init(&tun->t, HZ);
 	RCU_INIT_POINTER(pd->tun, tun);
+	pd->flow_depth = tun->t.flow_depth;
 	pd->flows = flows;
 	for (f = 0; f < PRISM_NR_FLOWS; f++)
 		prism_flow_reset(pd, &flows[f], 0, 0, PRISM_NORMAL);
@@ -2560,6 +2615,7 @@ static ssize_t prism_attr_store(struct elevator_queue *e, const char *page,
 	}
 	new->t = t;
 	old = rcu_replace_pointer(pd->tun, new, lockdep_is_held(&pd->lock));
+	WRITE_ONCE(pd->flow_depth, t.flow_depth);
 	prism_model_update(pd);
 	if (id == PRISM_ATTR_FRONT_MERGES)
 		WRITE_ONCE(pd->front_merges, val);
