@@ -240,36 +240,6 @@ static bool pick_share(const struct prism_tier_view view[PRISM_NR_TIERS],
 }
 
 /*
- * Keep the share credits after a dispatch of @cost: a waiting tier below
- * the one served earns share x cost; a tier served by its share pays
- * (100 - share) x its cost; one served in its own right, or with nothing
- * queued, starts again from zero, so no tier banks credit while it is
- * idle or first. The batch counts what it has cost.
- */
-void prism_account(struct prism_batch *b, const struct prism_tunables *t,
-		   u32 queued_tiers, const struct prism_choice *c, u64 cost)
-{
-	int tier;
-
-	for (tier = 0; tier < PRISM_NR_TIERS; tier++) {
-		if (!(queued_tiers & (1U << tier)))
-			b->credit[tier] = 0;
-		else if (tier > c->tier)
-			b->credit[tier] += (s64)(t->share[tier] * cost);
-		else if (tier == c->tier && c->shared)
-			b->credit[tier] -= (s64)((PRISM_SHARE_UNIT -
-						  t->share[tier]) * cost);
-		else if (tier == c->tier)
-			b->credit[tier] = 0;
-	}
-	b->last_cost[c->tier] = cost;
-	if (c->batch)
-		b->cost += cost;
-	else if (b->tier == c->tier && !c->aged && !c->shared)
-		b->cost = cost;	/* the batch c opened */
-}
-
-/*
  * The device sat idle for @ns because lower tiers were held for @tier's
  * anticipated next request: that time was spent on @tier, as bfq charges
  * idling to the queue it idles for, so the waiting tiers below it earn

@@ -921,9 +921,37 @@ void prism_choose_in_flow(const struct prism_tier_view *fv,
 void prism_account_idle(struct prism_batch *b, const struct prism_tunables *t,
 			u32 queued_tiers, int tier, u64 ns);
 
-/* Book one dispatch: shares and the batch's cost. */
-void prism_account(struct prism_batch *b, const struct prism_tunables *t,
-		   u32 queued_tiers, const struct prism_choice *c, u64 cost);
+/*
+ * Keep the share credits after a dispatch of @cost: a waiting tier below
+ * the one served earns share x cost; a tier served by its share pays
+ * (100 - share) x its cost; one served in its own right, or with nothing
+ * queued, starts again from zero, so no tier banks credit while it is
+ * idle or first. The batch counts what it has cost.
+ */
+static inline void prism_account(struct prism_batch *b,
+				 const struct prism_tunables *t,
+				 u32 queued_tiers,
+				 const struct prism_choice *c, u64 cost)
+{
+	int tier;
+
+	for (tier = 0; tier < PRISM_NR_TIERS; tier++) {
+		if (!(queued_tiers & (1U << tier)))
+			b->credit[tier] = 0;
+		else if (tier > c->tier)
+			b->credit[tier] += (s64)(t->share[tier] * cost);
+		else if (tier == c->tier && c->shared)
+			b->credit[tier] -= (s64)((PRISM_SHARE_UNIT -
+						  t->share[tier]) * cost);
+		else if (tier == c->tier)
+			b->credit[tier] = 0;
+	}
+	b->last_cost[c->tier] = cost;
+	if (c->batch)
+		b->cost += cost;
+	else if (b->tier == c->tier && !c->aged && !c->shared)
+		b->cost = cost;	/* the batch c opened */
+}
 
 /*
  * How to take from FIFO list @dir: next in sort order, unless the head has

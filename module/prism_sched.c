@@ -706,8 +706,9 @@ static void prism_flow_deactivate(struct prism_data *pd, struct prism_flow *fl)
  * nothing queued leaves its tier's fair queue. Safe on a request that was
  * never queued (a merge victim fresh from insert).
  */
-static void prism_remove_request(struct prism_data *pd,
-				 struct request_queue *q, struct request *rq)
+static inline void prism_remove_request(struct prism_data *pd,
+					struct request_queue *q,
+					struct request *rq)
 {
 	unsigned long st = prism_rq_state(rq);
 	struct prism_tier_queue *tq = &pd->tier[prism_rq_tier(rq)];
