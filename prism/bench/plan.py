@@ -191,8 +191,10 @@ def make_plan(args) -> dict:
             "schedulers": parse_schedulers(args.schedulers),
             "reps": args.reps, "runtime": args.runtime, "ramp": args.ramp,
             "source": source_revision()}
-    if getattr(args, "accel", "auto") == "icount" and not args.device.startswith("/"):
-        plan["clock"] = "instructions"
+    if not args.device.startswith("/"):
+        plan["vcpus"] = getattr(args, "cpus", 2)
+        if getattr(args, "accel", "auto") == "icount":
+            plan["clock"] = "instructions"
     if args.device in MODEL_PROFILES:
         # Recorded with the results: what the emulated drive was.
         plan["disk_params"] = dataclasses.asdict(disk_profile(args))
@@ -261,7 +263,8 @@ def run_in_vm(k: kernels.Kernel, plan: dict, args) -> tuple[Path, list[dict]]:
     kernels.log(f"{k.series}: {len(plan['workloads']) * len(plan['schedulers']) * plan['reps']} "
                 f"runs in one boot; raw output in {rundir / 'bench'}")
     res = vm.run(k, "python3 -m prism.guest.benchrun --plan plan.json --out bench", ko=ko,
-                 disks=disks, memory="2G", rundir=rundir, accel=args.accel,
+                 disks=disks, memory=args.memory, cpus=args.cpus, rundir=rundir,
+                 accel=args.accel,
                  timeout=max(args.timeout, boot_budget(plan)))
     probs = res.log_problems
     for kind, line in probs:

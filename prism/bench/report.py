@@ -309,9 +309,11 @@ def report_md(out: Path, command: str, plan: dict, runs: list[dict],
         + f". {plan['reps']} repetitions of {plan['runtime']} s after {plan['ramp']} s ramp,"
         " schedulers interleaved. Figures: mean ± 95% interval over the repetitions.",
         "",
-        "Guest clock: instructions (QEMU `-icount shift=0`, one nanosecond per instruction"
-        " executed): rates and times measure the CPU work per I/O, not the host's speed."
-        if plan.get("clock") == "instructions" else "", "",
+        (f"Guest: {plan['vcpus']} vCPU{'s' if plan['vcpus'] != 1 else ''}. "
+         if plan.get("vcpus") else "")
+        + ("Guest clock: instructions (QEMU `-icount shift=0`, one nanosecond per instruction"
+           " executed): rates and times measure the CPU work per I/O, not the host's speed."
+           if plan.get("clock") == "instructions" else ""), "",
         f"Device utilisation over the runs: {min(utils):.0%} to {max(utils):.0%}"
         " (busy time / wall time; below ~90% the device was not the bottleneck)."
         if utils else "", "",
