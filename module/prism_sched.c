@@ -936,8 +936,9 @@ static unsigned long prism_first_insert(struct prism_data *pd,
 		fl = &pd->flows[PRISM_NR_FLOWS + tier];
 	}
 	st |= (unsigned long)prism_flow_slot(pd, fl) << PRISM_RQ_FLOW_SHIFT;
-	if (prism_stream_update(&fl->stream, blk_rq_pos(rq),
-				blk_rq_sectors(rq), t->seq_gap))
+	/* Only sector order asks whether a stream is sequential. */
+	if (pd->sorted && prism_stream_update(&fl->stream, blk_rq_pos(rq),
+					      blk_rq_sectors(rq), t->seq_gap))
 		st |= PRISM_RQ_SEQ;
 	if (fl->rt != (IOPRIO_PRIO_CLASS(ioprio) == IOPRIO_CLASS_RT))
 		WRITE_ONCE(fl->rt, !fl->rt);
@@ -2184,7 +2185,7 @@ static bool prism_bio_merge(struct request_queue *q, struct bio *bio,
 
 	spin_lock(&pd->lock);
 	ret = blk_mq_sched_try_merge(q, bio, nr_segs, &free);
-	if (ret) {
+	if (ret && pd->sorted) {
 		/*
 		 * A stream that merges is sequential: feed its flow's detector
 		 * as an insert would, or a heavily merging stream would look
