@@ -888,6 +888,17 @@ static inline u64 prism_flow_part_pct(u32 nr_requests, u32 pct)
 }
 
 /*
+ * Whether the per-flow tag limit can apply with @total requests owned:
+ * not when it is off (flow_depth @pct 100), when no two flows can own
+ * requests, or when none can own its part.
+ */
+static inline bool prism_flow_limit_may(u64 total, u32 nr_requests, u32 pct)
+{
+	return pct < 100 && total >= 2 &&
+	       total >= prism_flow_part_pct(nr_requests, pct);
+}
+
+/*
  * Whether the open batch's turn has room left to wait for its flow: the
  * same bounds as its going on (fifo_batch requests, quantum of cost).
  */

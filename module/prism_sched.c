@@ -590,6 +590,20 @@ static u64 prism_owned(struct prism_tier_queue *tq)
 	return owned > 0 ? owned : 0;
 }
 
+/* Each tier's prism_owned() into @owned; returns their sum. Lockless. */
+static u64 prism_owned_tiers(struct prism_data *pd,
+			     u64 owned[PRISM_NR_TIERS])
+{
+	u64 total = 0;
+	int t;
+
+	for (t = 0; t < PRISM_NR_TIERS; t++) {
+		owned[t] = prism_owned(&pd->tier[t]);
+		total += owned[t];
+	}
+	return total;
+}
+
 /* Dispatched by prism and not yet completed or requeued. */
 static u64 prism_inflight(struct prism_tier_queue *tq)
 {
@@ -1516,13 +1530,9 @@ static bool prism_flow_can_allocate(struct prism_data *pd,
 				    struct prism_flow *fl)
 {
 	u32 nr = pd->q->nr_requests, limit;
-	u64 owned[PRISM_NR_TIERS], total = 0;
-	int t;
+	u64 owned[PRISM_NR_TIERS];
+	u64 total = prism_owned_tiers(pd, owned);
 
-	for (t = 0; t < PRISM_NR_TIERS; t++) {
-		owned[t] = prism_owned(&pd->tier[t]);
-		total += owned[t];
-	}
 	limit = prism_tier_limit(pd, prism_tun(pd), fl->tier, nr, owned,
 				 jiffies);
 	return total < (limit ? limit : nr);
@@ -1876,12 +1886,6 @@ static bool prism_has_work(struct blk_mq_hw_ctx *hctx)
 	return queued && queued != READ_ONCE(pd->nr_capped);
 }
 
-/*
- * Tag reserve: while a higher tier is active, a NORMAL or LOW allocation
- * may take only its tier's share of the scheduler tags, so a higher-tier
- * request finds one free instead of queueing in tag allocation where
- * prism cannot see it. 0: no limit.
- */
 /* Whether a tier above @tier is active (prism_tier_active()); lockless. */
 static bool prism_higher_active(struct prism_data *pd, enum prism_tier tier,
 				const u64 *owned, unsigned long now)
@@ -1895,6 +1899,12 @@ static bool prism_higher_active(struct prism_data *pd, enum prism_tier tier,
 	return false;
 }
 
+/*
+ * Tag reserve: while a higher tier is active, a NORMAL or LOW allocation
+ * may take only its tier's share of the scheduler tags, so a higher-tier
+ * request finds one free instead of queueing in tag allocation where
+ * prism cannot see it. 0: no limit.
+ */
 static u32 prism_tier_limit(struct prism_data *pd, const struct prism_tunables *t,
 			    enum prism_tier tier, u32 nr, const u64 *owned,
 			    unsigned long now)
@@ -1918,9 +1928,7 @@ static u32 prism_flow_limit(struct prism_data *pd,
 	u64 owned;
 	u32 depth;
 
-	/* No two flows own requests, or none can own its part: no lookup. */
-	if (t->flow_depth >= 100 || total < 2 ||
-	    total < prism_flow_part(nr, t))
+	if (!prism_flow_limit_may(total, nr, t->flow_depth))
 		return 0;
 	fl = prism_flow_find(pd, prism_flow_key(current->tgid, tier));
 	if (!fl || READ_ONCE(fl->rt))
@@ -1947,29 +1955,22 @@ static void prism_limit_depth(blk_opf_t opf, struct blk_mq_alloc_data *data)
 	const struct prism_tunables *t;
 	enum prism_tier tier;
 	unsigned long now = jiffies;
-	u32 pid = current->pid, pct;
-	u64 owned[PRISM_NR_TIERS], total = 0;
+	u32 pid = current->pid;
+	u64 owned[PRISM_NR_TIERS];
+	u64 total = prism_owned_tiers(pd, owned);
 	u32 depth, fdepth;
-	int i;
 
 	tier = prism_alloc_tier(READ_ONCE(pd->recent[prism_recent_slot(pid)]),
 				pid, PRISM_NR_TIERS);
-	for (i = 0; i < PRISM_NR_TIERS; i++) {
-		owned[i] = prism_owned(&pd->tier[i]);
-		total += owned[i];
-	}
 	/*
 	 * The common case, decided without the tunables (rcu_read_lock() is
 	 * a call on preemptible-RCU kernels): no tier above is active, so no
 	 * reserve applies, and no flow can own its part of the tags.
 	 */
 	if (tier != PRISM_NR_TIERS &&
-	    !prism_higher_active(pd, tier, owned, now)) {
-		pct = READ_ONCE(pd->flow_depth);
-		if (pct >= 100 || total < 2 ||
-		    total < prism_flow_part_pct(nr, pct))
-			return;
-	}
+	    !prism_higher_active(pd, tier, owned, now) &&
+	    !prism_flow_limit_may(total, nr, READ_ONCE(pd->flow_depth)))
+		return;
 	rcu_read_lock();
 	t = &rcu_dereference(pd->tun)->t;
 	if (tier == PRISM_NR_TIERS)
@@ -2928,35 +2929,41 @@ static int prism_flight_show(void *data, struct seq_file *m)
  * line per kind, tier and direction with its count per bucket. Writing 0
  * empties them (a completion racing with it may survive).
  */
+/* One histogram line; the FIFO names of reads and writes are the dirs'. */
+static void prism_latency_line(struct seq_file *m, const char *kind, int t,
+			       int d, const u64 *counts)
+{
+	int b;
+
+	seq_printf(m, "%s %s %s", kind, prism_tier_name[t], prism_fifo_name[d]);
+	for (b = 0; b < PRISM_HIST_BUCKETS; b++)
+		seq_printf(m, " %llu", counts[b]);
+	seq_putc(m, '\n');
+}
+
 static int prism_latency_show(void *data, struct seq_file *m)
 {
 	struct request_queue *q = data;
 	struct prism_data *pd = q->elevator->elevator_data;
-	static const char *const dir_name[PRISM_NR_DIRS] = { "read", "write" };
+	u64 counts[PRISM_HIST_BUCKETS];
 	int t, d, b;
 
+	for (b = 0; b < PRISM_HIST_BUCKETS; b++)
+		counts[b] = prism_hist_lower(b);
 	seq_puts(m, "bucket_ns");
 	for (b = 0; b < PRISM_HIST_BUCKETS; b++)
-		seq_printf(m, " %llu", prism_hist_lower(b));
+		seq_printf(m, " %llu", counts[b]);
 	seq_putc(m, '\n');
 	spin_lock(&pd->lock);
 	for (t = 0; t < PRISM_NR_TIERS; t++)
-		for (d = 0; d < PRISM_NR_DIRS; d++) {
-			seq_printf(m, "wait %s %s", prism_tier_name[t],
-				   dir_name[d]);
-			for (b = 0; b < PRISM_HIST_BUCKETS; b++)
-				seq_printf(m, " %llu", pd->hist_wait[t][d][b]);
-			seq_putc(m, '\n');
-		}
+		for (d = 0; d < PRISM_NR_DIRS; d++)
+			prism_latency_line(m, "wait", t, d, pd->hist_wait[t][d]);
 	spin_unlock(&pd->lock);
 	for (t = 0; t < PRISM_NR_TIERS; t++)
 		for (d = 0; d < PRISM_NR_DIRS; d++) {
-			seq_printf(m, "device %s %s", prism_tier_name[t],
-				   dir_name[d]);
 			for (b = 0; b < PRISM_HIST_BUCKETS; b++)
-				seq_printf(m, " %lld",
-					   atomic64_read(&pd->hist_device[t][d][b]));
-			seq_putc(m, '\n');
+				counts[b] = atomic64_read(&pd->hist_device[t][d][b]);
+			prism_latency_line(m, "device", t, d, counts);
 		}
 	return 0;
 }

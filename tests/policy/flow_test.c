@@ -550,6 +550,16 @@ TEST(flow_tag_limit_progressive_never_zero)
 	CHECK_EQ(prism_flow_alloc_depth(64, true, 64, &t), 0);
 }
 
+TEST(flow_tag_limit_needed_only_when_a_flow_can_hold_its_part)
+{
+	/* 64 tags at 50 %: a part of 32, and two flows owning requests. */
+	CHECK(!prism_flow_limit_may(31, 64, 50));
+	CHECK(prism_flow_limit_may(32, 64, 50));
+	CHECK(!prism_flow_limit_may(1, 1, 50));	/* one request: one flow */
+	CHECK(prism_flow_limit_may(2, 1, 50));	/* part of one tag */
+	CHECK(!prism_flow_limit_may(1000, 64, 100));	/* off */
+}
+
 TEST(flow_tunables_validated)
 {
 	struct prism_tunables t = flow_defaults();
