@@ -110,6 +110,28 @@ def test_vm_and_bench_share_one_list_of_device_names():
     assert e.value.code == 2
 
 
+def test_demo_runs_seed_000_on_its_device_or_the_one_asked(monkeypatch, tmp_path):
+    """prism demo measures on the device-bound emulated disk unless
+    --device names another; the report's command says which; a bad
+    device is refused before any kernel is fetched."""
+    ran, fetched = [], []
+    monkeypatch.setattr(cli.plan, "run", lambda args, command: ran.append((args, command)))
+    monkeypatch.setattr(kernels, "fetch", lambda k: fetched.append(k.series))
+    assert cli.main(["demo", "--out", str(tmp_path / "a")]) == 0
+    args, command = ran[-1]
+    assert args.device == cli.DEMO_DEVICE == "hdd"
+    assert cli.DEMO_DEVICE in cli.plan.MODEL_PROFILES
+    assert (args.workload, args.reps, args.runtime) == ("database_backup", 3, 10)
+    assert command == "prism demo --kernel 6.12"
+    assert cli.main(["demo", "--quick", "--device", "cloud", "--out", str(tmp_path / "b")]) == 0
+    args, command = ran[-1]
+    assert (args.device, args.reps, args.runtime) == ("cloud", 1, 3)
+    assert command == "prism demo --quick --kernel 6.12 --device cloud"
+    assert fetched == ["6.12", "6.12"]
+    assert cli.main(["demo", "--device", "floppy", "--out", str(tmp_path / "c")]) == 2
+    assert len(ran) == 2 and fetched == ["6.12", "6.12"]
+
+
 def test_usage_errors_exit_2_and_failures_exit_1(capsys, monkeypatch):
     # Bad input: nothing done, 2 (as argparse).
     assert cli.main(["bench", "run", "--workload", "nope", "--device", "hdd",
