@@ -199,8 +199,9 @@ def cmd_bench_list(args) -> int:
 
 DEMO_OUT = "prism-results"
 # The demo's device: the emulated 7200 rpm disk at queue depth 1, chosen by
-# measurement (README, "Choosing the demo's device"): it is the bottleneck
-# in every run, and the order of dispatch decides the database's tail there.
+# measurement (docs/results/demo-hdd-6.12 against the null_blk demo): it is
+# the bottleneck in every run, and the order of dispatch decides the
+# database's tail there.
 DEMO_DEVICE = "hdd"
 
 
@@ -264,6 +265,18 @@ def _vm_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--timeout", type=float, default=1800,
                    help="kill the guest after this many seconds (default 1800; a benchmark "
                         "boot gets at least what its plan needs)")
+
+
+def _bench_device_options(p: argparse.ArgumentParser, default: str) -> None:
+    """Where a benchmark runs: bench run and demo take the same three options."""
+    p.add_argument("--device", type=plan.device_name, default=default,
+                   help=f"a VM profile ({', '.join(plan.VM_PROFILES)}; default {default}; "
+                        "nullb is nullb-ssd) "
+                        "or a real block device such as /dev/sdX (root, no VM)")
+    p.add_argument("--force", action="store_true",
+                   help="run on a real device even if it is mounted or holds data")
+    p.add_argument("--disk-params", metavar="FILE",
+                   help="parameter file for an emulated drive (see prism disk params)")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -338,14 +351,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--reps", type=int, default=5, help="repetitions (default 5)")
     p.add_argument("--runtime", type=int, default=20, help="seconds per run (default 20)")
     p.add_argument("--ramp", type=int, default=2, help="ramp seconds before measuring (default 2)")
-    p.add_argument("--device", type=plan.device_name, default="nullb-ssd",
-                   help="a VM profile (" + ", ".join(plan.VM_PROFILES) + "; default nullb-ssd; "
-                        "nullb is the same) "
-                        "or a real block device such as /dev/sdX (root, no VM)")
-    p.add_argument("--force", action="store_true",
-                   help="run on a real device even if it is mounted or holds data")
-    p.add_argument("--disk-params", metavar="FILE",
-                   help="parameter file for an emulated drive (see prism disk params)")
+    _bench_device_options(p, default="nullb-ssd")
     p.add_argument("--pgbench-scale", type=int, default=pgimage.DEFAULT_SCALE,
                    help="pgbench's scale for the pgbench_* workloads (default "
                         f"{pgimage.DEFAULT_SCALE}, about 3 GB: more than the guest caches); "
@@ -382,14 +388,7 @@ def parser() -> argparse.ArgumentParser:
     _vm_options(p)
     p.add_argument("--quick", action="store_true",
                    help="one short repetition: exercises the pipeline in a few minutes")
-    p.add_argument("--device", type=plan.device_name, default=DEMO_DEVICE,
-                   help=f"a VM profile ({', '.join(plan.VM_PROFILES)}; default "
-                        f"{DEMO_DEVICE}) or a real block device such as /dev/sdX "
-                        "(root, no VM)")
-    p.add_argument("--force", action="store_true",
-                   help="run on a real device even if it is mounted or holds data")
-    p.add_argument("--disk-params", metavar="FILE",
-                   help="parameter file for an emulated drive (see prism disk params)")
+    _bench_device_options(p, default=DEMO_DEVICE)
     p.add_argument("--out", help=f"report directory (default {DEMO_OUT}/demo-<time>)")
     p.set_defaults(func=cmd_demo)
     return ap
