@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import os
 import subprocess
 import threading
@@ -773,8 +774,10 @@ def check_share(ctx) -> dict:
         rep = g.fio(args=contention_jobs(dev, high, low, 5), timeout=300)
         tiers = g.prism_tiers(dev)
         hi, lo = tiers["high"]["dispatched"], tiers["low"]["dispatched"]
-        cost = {t: sum(f["cost_us"] for f in g.prism_flows(dev) if f["tier"] == t)
+        flows = g.prism_flows(dev)
+        cost = {t: sum(f["cost_us"] for f in flows if f["tier"] == t)
                 for t in ("high", "low")}
+        low_bytes = sum(f["bytes"] for f in flows if f["tier"] == "low")
         total = cost["high"] + cost["low"]
         low_part = cost["low"] / total if total else 0.0
         out[share] = {"low_part": low_part,
@@ -785,6 +788,7 @@ def check_share(ctx) -> dict:
                       / max(lo, 1),
                       "low_dispatch_part": lo / (hi + lo) if hi + lo else 0.0,
                       "cost_us": cost,
+                      "low_request_kib": low_bytes / 1024 / max(lo, 1),
                       "low_shared": tiers["low"]["shared"], "low_dispatched": lo,
                       "high_dispatched": hi, "low_ios": job(rep, "low")["ios"],
                       "high_ios": job(rep, "high")["ios"], "tiers": tiers,
@@ -793,16 +797,20 @@ def check_share(ctx) -> dict:
     g.set_scheduler(dev, "prism")       # defaults again for the checks after
     # HIGH keeps about 30 requests queued on a 2-slot device, so LOW is
     # served only by its share, except for what it dispatches while HIGH's
-    # queue is empty at fio's start and end: at most its depth (8) each
-    # time. Each of those weighs 13 of HIGH's in cost, so they are left out
-    # of the part (low_shared_part) and bounded by count instead.
-    unshared_max = 2 * 8 + 2
+    # queue is empty at fio's start and end: at most its depth (8 reads of
+    # 128 KiB) each time, in as many requests as the device's size limit
+    # splits them into (LOW's mean request size, from prism's flows), and
+    # a deadline expiry or two. Each of those weighs many of HIGH's in
+    # cost, so they are left out of the part (low_shared_part) and bounded
+    # by count instead.
+    def unshared_max(o):
+        return math.ceil(2 * 8 * 128 / max(o["low_request_kib"], 4)) + 2
 
     def unshared(o):
         return o["low_dispatched"] - o["low_shared"]
     ok = (all(abs(out[s]["low_shared_part"] - s / 100) < 0.03 and out[s]["low_ios"] > 0
-              and unshared(out[s]) <= unshared_max for s in (10, 30))
-          and out[0]["low_shared"] == 0 and unshared(out[0]) <= unshared_max
+              and unshared(out[s]) <= unshared_max(out[s]) for s in (10, 30))
+          and out[0]["low_shared"] == 0 and unshared(out[0]) <= unshared_max(out[0])
           and all(o["balanced"] for o in out.values()))
     return {"ok": ok, **{f"low_share_{s}": o for s, o in out.items()}}
 
@@ -1301,6 +1309,7 @@ CHECKS = [
 # Everything that exercises the request lifecycle (verify, switching,
 # requeue, discard, flush routing, tag depths, removal) runs on every kernel.
 SAME_ON_EVERY_KERNEL = ["drive_hdd", "cost_learn_hdd", "priority_latency_nvme",
+                        "priority_latency", "share", "flows_greedy",
                         "flow_shares", "flow_idle_hdd", "aging", "share_sweep"]
 
 
