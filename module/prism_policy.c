@@ -547,10 +547,17 @@ void prism_bulk_sample(struct prism_depth_ctl *d, u64 service)
 	mean_sample(&d->bulk, &d->bulk_samples, service);
 }
 
-/* Lift the limit once the higher tiers have been quiet a while. */
-void prism_depth_idle(struct prism_depth_ctl *d, u64 now, u32 depth)
+/*
+ * Lift the limit once the higher tiers have been quiet a while: no sample
+ * for PRISM_DEPTH_QUIET and nothing of theirs in the device. A request
+ * still in flight is not quiet: on a queueing disk it may be the one
+ * starved behind the bulk work, and lifting the limit then would hand
+ * the drive back to the bulk work at the worst moment.
+ */
+void prism_depth_idle(struct prism_depth_ctl *d, u64 now, u32 depth,
+		      bool higher_inflight)
 {
-	if (d->limit != depth &&
+	if (d->limit != depth && !higher_inflight &&
 	    (!d->last_sample || now - d->last_sample > PRISM_DEPTH_QUIET))
 		d->limit = depth ? depth : 1;
 }
@@ -561,9 +568,11 @@ u64 prism_depth_target(const struct prism_depth_ctl *d,
 {
 	if (t->target)
 		return t->target;
-	if (d->solo_samples < PRISM_THINK_MIN)
-		return 0;
-	return 2 * d->solo;
+	if (d->solo_samples >= PRISM_THINK_MIN)
+		return 2 * d->solo;
+	if (d->floor_samples >= PRISM_THINK_MIN)
+		return 2 * d->floor;
+	return 0;
 }
 
 /*
@@ -582,24 +591,33 @@ void prism_depth_sample(struct prism_depth_ctl *d,
 		depth = 1;
 	if (solo)
 		floor_sample(&d->solo, &d->solo_samples, lat);
+	floor_sample(&d->floor, &d->floor_samples, lat);
 	ewma(&d->lat, lat);
 	d->last_sample = now;
 	if (d->limit > depth)
 		d->limit = depth;
 
+	/* Judged on the interval's worst: the tail is what is protected. */
+	if (lat > d->worst)
+		d->worst = lat;
 	target = prism_depth_target(d, t);
 	if (!target)
 		return;
+	if (d->last_change && now - d->last_change < target)
+		return;
+	lat = d->worst;
+	d->worst = 0;
 	if (lat > target) {
-		if (d->last_cut && now - d->last_cut < target)
-			return;
-		d->last_cut = now;
-		d->cuts++;
-		d->limit -= d->limit >= 4 ? d->limit / 4 : 1;
+		u32 cut = d->limit / (lat > 2 * target ? 2 : 4);
+
+		d->limit -= cut ? cut : 1;
 		if (!d->limit)
 			d->limit = 1;
+		d->cuts++;
+		d->last_change = now;
 	} else if (d->limit < depth) {
 		d->limit++;
+		d->last_change = now;
 	}
 }
 

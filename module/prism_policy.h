@@ -479,23 +479,35 @@ static inline bool prism_flow_returning(const struct prism_think *th,
 /*
  * Depth control: while a higher tier is active, how many requests of the
  * tiers below it may be in flight, adapted to the higher tiers' device
- * time (dispatch to completion) against a target: over it the limit is cut
- * by a quarter (once per target interval, so the requests already in the
- * device do not cut it again and again), under it the limit grows by one;
- * never below one, never above the device's depth. "solo" is the device's
- * own latency for a higher-tier request, the automatic target's base: a
- * running minimum (see prism_floor_sample()) of the device time of
- * higher-tier requests dispatched with nothing of a lower tier in flight.
- * A minimum and not a mean, because a device may carry the lower tier's
- * load past its last request: a rate limiter's bucket in debt (a cloud
- * volume), a disk's write cache destaging.
+ * time (dispatch to completion) against a target, at most once per target
+ * interval (so the requests already in the device do not move it again
+ * and again), on the worst sample of the interval: over the target the
+ * limit is cut by a quarter, by half when over twice the target; under
+ * it the limit grows by one; never below
+ * one, never above the device's depth. On a queueing disk (NCQ) a
+ * higher-tier read may wait behind a whole queue of sequential bulk
+ * reads the drive prefers, a hundred times its service time: the limit
+ * must fall in a few steps, and not climb back one step per fast reply.
+ *
+ * "solo" is the device's own latency for a higher-tier request, the
+ * automatic target's base: a running minimum (see floor_sample()) of the
+ * device time of higher-tier requests dispatched with nothing of a lower
+ * tier in flight. A minimum and not a mean, because a device may carry
+ * the lower tier's load past its last request: a rate limiter's bucket in
+ * debt (a cloud volume), a disk's write cache destaging. When the bulk
+ * work never leaves the device empty, no request is solo; then the
+ * minimum over every sample ("floor") stands in: the fastest replies a
+ * busy device gives are those it served at once.
  */
 struct prism_depth_ctl {
 	u32 limit;
 	u32 solo_samples;
 	u64 solo;		/* ns, running minimum */
+	u64 floor;		/* ns, running minimum of every sample */
+	u32 floor_samples;
 	u64 lat;		/* ns, weighted mean of every sample */
-	u64 last_cut;		/* ns */
+	u64 worst;		/* ns, the worst sample since last_change */
+	u64 last_change;	/* ns: the limit was last cut or grown */
 	u64 last_sample;	/* ns */
 	/*
 	 * Service time of LOW requests dispatched to an idle device: what a
@@ -521,7 +533,8 @@ u64 prism_depth_target(const struct prism_depth_ctl *d,
 void prism_depth_sample(struct prism_depth_ctl *d,
 			const struct prism_tunables *t, u64 lat, bool solo,
 			u64 now, u32 depth);
-void prism_depth_idle(struct prism_depth_ctl *d, u64 now, u32 depth);
+void prism_depth_idle(struct prism_depth_ctl *d, u64 now, u32 depth,
+		      bool higher_inflight);
 void prism_bulk_sample(struct prism_depth_ctl *d, u64 service);
 
 /*

@@ -1704,7 +1704,9 @@ static struct request *prism_dispatch_request(struct blk_mq_hw_ctx *hctx)
 		/* Lift a limit once the tiers it protected went quiet. */
 		if (!now)
 			now = ktime_get_ns();
-		prism_depth_idle(&pd->depth, now, depth);
+		prism_depth_idle(&pd->depth, now, depth,
+				 prism_inflight(&pd->tier[PRISM_HIGH]) ||
+				 prism_inflight(&pd->tier[PRISM_NORMAL]));
 	}
 
 	/*
@@ -2912,12 +2914,13 @@ static int prism_flight_show(void *data, struct seq_file *m)
 		seq_printf(m, "%s %llu %llu %u\n", prism_tier_name[t],
 			   inflight[t], div_u64(think[t], NSEC_PER_USEC),
 			   samples[t]);
-	seq_printf(m, "device_depth=%u lower_limit=%u window_us=%llu target_us=%llu bulk_us=%llu bulk_samples=%u solo_us=%llu solo_samples=%u lat_us=%llu cuts=%llu held_window=%llu held_depth=%llu window_runs=%lld flow_window_us=%llu held_flow=%llu\n",
+	seq_printf(m, "device_depth=%u lower_limit=%u window_us=%llu target_us=%llu bulk_us=%llu bulk_samples=%u solo_us=%llu solo_samples=%u floor_us=%llu floor_samples=%u lat_us=%llu cuts=%llu held_window=%llu held_depth=%llu window_runs=%lld flow_window_us=%llu held_flow=%llu\n",
 		   prism_device_depth(q), d.limit,
 		   div_u64(window, NSEC_PER_USEC),
 		   div_u64(target, NSEC_PER_USEC),
 		   div_u64(d.bulk, NSEC_PER_USEC), d.bulk_samples,
 		   div_u64(d.solo, NSEC_PER_USEC), d.solo_samples,
+		   div_u64(d.floor, NSEC_PER_USEC), d.floor_samples,
 		   div_u64(d.lat, NSEC_PER_USEC), d.cuts, held_window,
 		   held_depth, atomic64_read(&pd->window_runs),
 		   div_u64(flow_window, NSEC_PER_USEC), held_flow);

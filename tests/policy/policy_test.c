@@ -1187,19 +1187,59 @@ TEST(depth_limit_floor_auto_target_and_release)
 	for (now = 10 * MS; now < 3000 * MS; now += 1 * MS)
 		prism_depth_sample(&d, &t, 50 * MS, false, now, 64);
 	CHECK_EQ(d.limit, 1);
-	/* A cut at most once per target interval. */
+	/*
+	 * A change at most once per target interval; far over the target
+	 * (more than twice) a cut halves the limit, a little over it takes a
+	 * quarter.
+	 */
 	prism_depth_init(&d, 64);
 	t.target = 4 * MS;
 	prism_depth_sample(&d, &t, 50 * MS, false, 100 * MS, 64);
 	prism_depth_sample(&d, &t, 50 * MS, false, 101 * MS, 64);
-	CHECK_EQ(d.limit, 48);
+	CHECK_EQ(d.limit, 32);
 	prism_depth_sample(&d, &t, 50 * MS, false, 104 * MS, 64);
-	CHECK_EQ(d.limit, 36);
-	/* Quiet higher tiers lift it; not before. */
-	prism_depth_idle(&d, 104 * MS + PRISM_DEPTH_QUIET, 64);
-	CHECK_EQ(d.limit, 36);
-	prism_depth_idle(&d, 105 * MS + PRISM_DEPTH_QUIET, 64);
+	CHECK_EQ(d.limit, 16);
+	prism_depth_sample(&d, &t, 6 * MS, false, 108 * MS, 64);
+	CHECK_EQ(d.limit, 12);
+	/* Growth too: one step per interval, not one per fast reply. */
+	prism_depth_sample(&d, &t, 1 * MS, false, 112 * MS, 64);
+	prism_depth_sample(&d, &t, 1 * MS, false, 113 * MS, 64);
+	prism_depth_sample(&d, &t, 1 * MS, false, 114 * MS, 64);
+	CHECK_EQ(d.limit, 13);
+	/* Quiet higher tiers lift it; not before, nor with one in flight. */
+	prism_depth_idle(&d, 114 * MS + PRISM_DEPTH_QUIET, 64, false);
+	CHECK_EQ(d.limit, 13);
+	prism_depth_idle(&d, 115 * MS + PRISM_DEPTH_QUIET, 64, true);
+	CHECK_EQ(d.limit, 13);
+	prism_depth_idle(&d, 115 * MS + PRISM_DEPTH_QUIET, 64, false);
 	CHECK_EQ(d.limit, 64);
+}
+
+/*
+ * A queueing disk (NCQ, 32 deep) under a sequential backup: no
+ * higher-tier request is ever dispatched with the device free of bulk
+ * work (never solo), and the drive serves a random read either at once
+ * (3 ms) or, when it prefers the bulk stream, after the bulk requests
+ * beside it (20 ms each). Without solo samples the floor of every sample
+ * sets the target, and the limit falls to where the read keeps to it.
+ */
+TEST(depth_limit_without_solo_samples_on_a_queueing_disk)
+{
+	struct prism_tunables t = defaults();
+	struct prism_depth_ctl d;
+	u64 now;
+	int i = 0;
+
+	prism_depth_init(&d, 32);
+	for (now = MS; now < 3000 * MS; now += 2 * MS, i++) {
+		u64 lat = i % 3 ? 3 * MS : d.limit * 20 * MS;
+
+		prism_depth_sample(&d, &t, lat, false, now, 32);
+	}
+	CHECK_EQ(d.solo_samples, 0);
+	CHECK_EQ(prism_depth_target(&d, &t), 6 * MS);
+	CHECK(d.limit <= 2);
+	CHECK(d.cuts > 0);
 }
 
 int main(int argc, char **argv)
