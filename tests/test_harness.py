@@ -1,5 +1,6 @@
 """Host-side tests of the harness and the module build: no VM needed."""
 
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -160,6 +161,25 @@ def test_kernel_lists():
 def built(request):
     k = kernels.get(request.param)
     return k, build.build(k)
+
+
+def test_a_build_of_the_same_sources_is_reused(tmp_path, monkeypatch):
+    """The suite builds once per boot; the same sources for the same kernel
+    are compiled once, and a changed source is compiled again."""
+    k = kernels.get("6.12")
+    src, tb = tmp_path / "module", tmp_path / "kmod"
+    shutil.copytree(build.MODULE_SRC, src)
+    shutil.copytree(build.TESTBLK_SRC, tb)
+    monkeypatch.setattr(build, "MODULE_SRC", src)
+    monkeypatch.setattr(build, "TESTBLK_SRC", tb)
+    monkeypatch.setattr(build, "build_dir", lambda _k: tmp_path / "out")
+    ko = build.build(k, fetch=False)
+    first = ko.stat().st_mtime_ns
+    assert build.build(k, fetch=False) == ko and ko.stat().st_mtime_ns == first
+    policy = src / "prism_policy.c"
+    policy.write_text(policy.read_text() + "\n/* changed */\n")
+    build.build(k, fetch=False)
+    assert ko.stat().st_mtime_ns != first
 
 
 def test_module_builds_without_warnings(built):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import re
 import shutil
 import subprocess
@@ -52,14 +53,32 @@ def _kbuild(k: kernels.Kernel, out: Path, extra: list[str], what: str) -> None:
                          + "\n".join(warnings[:40]))
 
 
+def _sources_digest(k: kernels.Kernel) -> str:
+    """What a build depends on that can change between two calls: every
+    source file, the kernel it is built for and the block/ headers used."""
+    cc = subprocess.run(["gcc", "--version"], capture_output=True, text=True).stdout
+    h = hashlib.sha256(f"{k.abi}\n{kernels.block_dir(k)}\n{cc}".encode())
+    for f in ("Kbuild", "VERSION") + MODULE_FILES:
+        h.update(f.encode() + b"\0" + (MODULE_SRC / f).read_bytes())
+    for f in ("Kbuild", f"{TESTBLK_NAME}.c"):
+        h.update(f.encode() + b"\0" + (TESTBLK_SRC / f).read_bytes())
+    return h.hexdigest()
+
+
 def build(k: kernels.Kernel, fetch: bool = True) -> Path:
     """Compile the module out of tree against @k, and the test disk next
-    to it (testblk_path); fail on any warning."""
+    to it (testblk_path); fail on any warning. A build of the same sources
+    for the same kernel is reused (the test suite builds once per boot)."""
     if fetch:
         kernels.fetch(k)
     if not (k.headers_dir / "Makefile").exists():
         raise PrismError(f"{k.headers_dir} missing: run 'prism fetch --kernel {k.series}'")
     out = build_dir(k)
+    stamp = out / "sources.sha256"
+    digest = _sources_digest(k)
+    if (stamp.exists() and stamp.read_text() == digest and module_path(k).exists()
+            and testblk_path(k).exists()):
+        return module_path(k)
     # A fresh directory per build: no stale objects from the other kernel.
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
@@ -75,6 +94,7 @@ def build(k: kernels.Kernel, fetch: bool = True) -> Path:
     ko = module_path(k)
     if not ko.exists():
         raise PrismError(f"build succeeded but {ko} is missing")
+    stamp.write_text(digest)
     return ko
 
 
