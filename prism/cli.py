@@ -217,10 +217,7 @@ def cmd_demo(args) -> int:
         args.reps, args.runtime, args.ramp = 1, 3, 1
     else:
         args.reps, args.runtime, args.ramp = 3, 10, 2
-    plan.validate(args)
-    if not args.device.startswith("/"):
-        for k in _kernels(args.kernel):
-            kernels.fetch(k)
+    # plan.run validates before anything is fetched or built.
     cmd = ("prism demo" + (" --quick" if args.quick else "") + f" --kernel {args.kernel}"
            + ("" if args.device == DEMO_DEVICE else f" --device {args.device}"))
     plan.run(args, command=cmd)
