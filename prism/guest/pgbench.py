@@ -91,9 +91,12 @@ class Database:
 
     def start(self, dev: str) -> None:
         MOUNT.mkdir(parents=True, exist_ok=True)
+        # Every run starts with nothing of the database cached: the device's
+        # page cache (ext4's metadata) dropped, and its files have none
+        # while it is not mounted. Not every cache (drop_caches): the
+        # PostgreSQL binaries would load again over the guest's 9p root.
+        run_checked(["blockdev", "--flushbufs", dev], f"flushing {dev}")
         run_checked(["mount", "-t", "ext4", dev, str(MOUNT)], f"mounting {dev}")
-        # Every run starts with nothing of the database cached.
-        subprocess.run("sync; echo 3 > /proc/sys/vm/drop_caches", shell=True)
         run_checked(as_user([str(self.pg / "pg_ctl"), "-D", str(MOUNT / "pgdata"), "-w",
                       "-t", "300", "-l", str(MOUNT / "run" / "server.log"), "-o",
                       f"-k {self.sock} -c listen_addresses='' -c max_connections=20 "
