@@ -14,9 +14,9 @@ def pytest_addoption(parser):
     parser.addoption("--no-blktests", action="store_true",
                      help="skip blktests' block tests (tests/test_blktests.py)")
     parser.addoption("--blktests-kernels",
-                     default=os.environ.get("PRISM_BLKTESTS_KERNELS", "6.12"),
-                     help="kernels blktests runs on (default 6.12, five minutes a kernel; "
-                     "6.1,6.12 for both)")
+                     default=os.environ.get("PRISM_BLKTESTS_KERNELS", ""),
+                     help="kernels blktests runs on (default: those of --kernels; "
+                     "about five minutes a kernel)")
 
 
 def pytest_generate_tests(metafunc):
@@ -27,6 +27,7 @@ def pytest_generate_tests(metafunc):
                   if s.strip()]
         metafunc.parametrize("kernel", series, scope="session")
     if "blktests_kernel" in metafunc.fixturenames:
-        series = [s.strip() for s in
-                  metafunc.config.getoption("--blktests-kernels").split(",") if s.strip()]
+        chosen = (metafunc.config.getoption("--blktests-kernels")
+                  or metafunc.config.getoption("--kernels"))
+        series = [s.strip() for s in chosen.split(",") if s.strip()]
         metafunc.parametrize("blktests_kernel", series, scope="session")

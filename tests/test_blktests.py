@@ -6,10 +6,9 @@ failed the same way with prism unloaded (not prism's failure; the case
 then says so); tests the kernel or the VM cannot run are skipped with
 blktests' reason. The whole block group: prism blktests --tests block.
 
-About five minutes per kernel under TCG, so the suite runs them on 6.12
-only unless --blktests-kernels (or PRISM_BLKTESTS_KERNELS) says 6.1,6.12:
-the selftest exercises 6.1's side of the elevator API in every run, and
-`prism blktests --kernel all` runs both. --no-blktests leaves them out.
+About five minutes per kernel under TCG; run on every kernel of --kernels
+(6.1 and 6.12) unless --blktests-kernels (or PRISM_BLKTESTS_KERNELS)
+names others. --no-blktests leaves them out.
 Skipped, with how to get blktests, when its snapshot is absent.
 """
 
