@@ -260,13 +260,26 @@ def plots(out: Path, runs: list[dict], summaries: list[dict]) -> list[str]:
             points = tradeoff_points(runs, summaries, kernel, workload)
             if points and w:
                 fig, ax = plt.subplots(figsize=(7, 5))
+                # Both axes are ratios, so on log scales: a scheduler 10x
+                # off and one 10x better sit as far from 1 as each other,
+                # and one noisy point does not crush the rest into a
+                # corner. An interval reaching 0 or below is cut where
+                # the scale can show it.
                 for p in points:
-                    ax.errorbar([p["x"]], [p["y"]], xerr=[[p["x"] - p["x_low"]],
+                    x_low = max(p["x_low"], p["x"] / 100)
+                    y_low = max(p["y_low"], p["y"] / 100)
+                    ax.errorbar([p["x"]], [p["y"]], xerr=[[p["x"] - x_low],
                                                           [p["x_high"] - p["x"]]],
-                                yerr=[[p["y"] - p["y_low"]], [p["y_high"] - p["y"]]],
+                                yerr=[[p["y"] - y_low], [p["y_high"] - p["y"]]],
                                 fmt="o", capsize=3, label=p["scheduler"])
-                    ax.annotate(p["scheduler"], (p["x"], p["y"]), textcoords="offset points",
-                                xytext=(5, 5), fontsize=8)
+                    if len(points) <= 5:
+                        ax.annotate(p["scheduler"], (p["x"], p["y"]),
+                                    textcoords="offset points", xytext=(5, 5), fontsize=8)
+                if all(p["x"] > 0 and p["y"] > 0 for p in points):
+                    ax.set_xscale("log")
+                    ax.set_yscale("log")
+                if len(points) > 5:
+                    ax.legend(fontsize=7)
                 ax.axvline(1.0, color="grey", lw=0.5)
                 ax.axhline(1.0, color="grey", lw=0.5)
                 ax.set_xlabel(f"{w.high_job} P99 under load / alone (1 = perfect isolation)")
