@@ -159,7 +159,9 @@ def run_blktests(k, args) -> tuple[vm.VmResult, dict]:
     rundir = vm.new_rundir()
     blktests.copy_to(built, rundir)
     args.device = "blktests"
-    res = _run_vm(k, f"python3 -m prism.guest.blktests --tests {args.tests} --out blktests.json",
+    fio_timeout = getattr(args, "fio_timeout", None) or blktests.FIO_TIMEOUT
+    res = _run_vm(k, f"python3 -m prism.guest.blktests --tests {args.tests} "
+                     f"--fio-timeout {fio_timeout} --out blktests.json",
                   args, rundir=rundir)
     out = rundir / "blktests.json"
     return res, (json.loads(out.read_text()) if out.exists() else {})
@@ -323,6 +325,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--tests", default=",".join(blktests.SCHED_TESTS),
                    help="comma-separated tests, or 'block' for the whole group (default: "
                         "the scheduler-relevant ones pytest runs)")
+    p.add_argument("--fio-timeout", type=int, default=blktests.FIO_TIMEOUT, metavar="S",
+                   help="blktests' TIMEOUT, the seconds its fio runs and waits last "
+                        f"(default {blktests.FIO_TIMEOUT}; the test suite uses "
+                        f"{blktests.CI_FIO_TIMEOUT})")
     p.set_defaults(func=cmd_blktests, timeout=5400)
 
     p = sub.add_parser("selftest", help="run the in-VM check suite (one boot per kernel)")

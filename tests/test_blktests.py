@@ -31,6 +31,7 @@ def blktests_boot(blktests_kernel, request):
     except blktests.Missing as e:
         pytest.skip(str(e))
     args = argparse.Namespace(tests=",".join(blktests.SCHED_TESTS), memory="2G", cpus=2,
+                              fio_timeout=blktests.CI_FIO_TIMEOUT,
                               accel="auto", timeout=1200, device="blktests")
     return cli.run_blktests(kernels.get(blktests_kernel), args)
 
