@@ -850,11 +850,19 @@ bool prism_learn_params(const struct prism_cost_learner *l,
  */
 u64 prism_bucket_rate(u32 kbps, u64 bps)
 {
-	u64 rate;
+	u64 bytes = (u64)kbps * 1024ULL, rate;
 
 	if (!kbps || !bps)
 		return 0;
-	rate = div_u64_u64((u64)kbps * 1024ULL * NSEC_PER_SECOND, bps);
+	/*
+	 * bytes x 1e9 wraps above 17 GiB/s (kbps can be up to INT_MAX); such
+	 * caps divide bytes x 1e6 (< 2^62) instead, and the rounding costs
+	 * under 0.01% of the rate on any device slower than 100 GB/s.
+	 */
+	if (bytes <= U64_MAX / NSEC_PER_SECOND)
+		rate = div_u64_u64(bytes * NSEC_PER_SECOND, bps);
+	else
+		rate = div_u64_u64(bytes * 1000000ULL, bps) * 1000ULL;
 	if (rate > PRISM_BUCKET_RATE_MAX)
 		rate = PRISM_BUCKET_RATE_MAX;
 	return rate ? rate : 1;
@@ -862,13 +870,17 @@ u64 prism_bucket_rate(u32 kbps, u64 bps)
 
 /*
  * Fill @bk for the time since it was last filled, in whole microseconds
- * (the remainder waits for the next fill, so nothing is lost), at most a
- * second's worth, up to the burst. A new bucket starts full.
+ * (the remainder waits for the next fill, so nothing is lost), up to the
+ * burst. The whole time counts, however long: a request may cost many
+ * seconds of a low cap (a slow random read, a large write), and a bucket
+ * refilled with less than its time would hold the tier far longer than
+ * the cap says (prism_bucket_wait() promises the debt paid on time). A
+ * new bucket starts full.
  */
 void prism_bucket_fill(struct prism_bucket *bk, u64 rate, u64 now)
 {
 	s64 burst = (s64)div_u64_u64(rate * PRISM_BUCKET_BURST_MS, 1000);
-	u64 us;
+	u64 us, secs, room;
 
 	if (!bk->stamp || now < bk->stamp) {
 		bk->tokens = burst;
@@ -877,10 +889,18 @@ void prism_bucket_fill(struct prism_bucket *bk, u64 rate, u64 now)
 	}
 	us = div_u64_u64(now - bk->stamp, 1000);
 	bk->stamp += us * 1000;
-	if (us > 1000000)
-		us = 1000000;
-	/* rate <= 1e12 ns/s and us <= 1e6: the product fits. */
-	bk->tokens += (s64)div_u64_u64(rate * us, 1000000);
+	if (bk->tokens >= burst || !rate)
+		return;
+	/* Whole seconds first: rate x secs stays below room + rate. */
+	room = (u64)(burst - bk->tokens);
+	secs = div_u64_u64(us, 1000000);
+	if (secs > div_u64_u64(room, rate)) {
+		bk->tokens = burst;
+		return;
+	}
+	/* rate <= 1e12 ns/s and the rest < 1e6 us: the product fits. */
+	bk->tokens += (s64)(rate * secs +
+			    div_u64_u64(rate * (us - secs * 1000000), 1000000));
 	if (bk->tokens > burst)
 		bk->tokens = burst;
 }
@@ -892,13 +912,16 @@ void prism_bucket_fill(struct prism_bucket *bk, u64 rate, u64 now)
  */
 u64 prism_bucket_wait(const struct prism_bucket *bk, u64 rate, u64 now)
 {
-	u64 debt, ready;
+	u64 debt, us, ready;
 
 	if (bk->tokens > 0 || !rate)
 		return 0;
 	debt = (u64)(-bk->tokens) + 1;
-	/* debt is at most a request's cost: debt x 1e6 fits. */
-	ready = bk->stamp + div_u64_u64(debt * 1000000ULL + rate - 1, rate) * 1000;
+	/* ceil(debt x 1e6 / rate) us, in two steps so that it cannot wrap. */
+	us = div_u64_u64(debt, rate) * 1000000ULL +
+	     div_u64_u64((debt - div_u64_u64(debt, rate) * rate) * 1000000ULL +
+			 rate - 1, rate);
+	ready = bk->stamp + us * 1000;
 	return ready > now ? ready - now : 1000;
 }
 

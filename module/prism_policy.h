@@ -17,6 +17,7 @@
 
 #ifdef __KERNEL__
 #include <linux/bitops.h>
+#include <linux/limits.h>
 #include <linux/math64.h>
 #include <linux/types.h>
 #define prism_fls64(x)	fls64(x)
@@ -27,6 +28,7 @@ typedef uint8_t u8;
 typedef uint32_t u32;
 typedef int64_t s64;
 typedef uint64_t u64;
+#define U64_MAX	UINT64_MAX
 
 /* fls64(): the 1-based position of the highest bit set, 0 for none. */
 static inline int prism_fls64(u64 x)

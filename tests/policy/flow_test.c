@@ -641,6 +641,92 @@ TEST(bucket_caps_at_its_rate)
 	}
 }
 
+/*
+ * A request may cost many seconds of a low cap: 10 ms random reads under
+ * a cap of 100 KiB/s on a 200 MB/s device (0.51 ms of device time per
+ * second) cost 19.5 s each; a 1 GiB write at 20 MiB/s costs about 50 s.
+ * The tier still gets its rate, within 1% over a simulated stretch of
+ * many requests, and no wait is longer than its debt at the rate: a
+ * bucket credited less than its time would hold the tier for the square
+ * of the debt (what a fill capped at a second's worth did).
+ */
+TEST(bucket_pays_a_debt_of_many_seconds_on_time)
+{
+	static const struct { u32 kbps; u64 cost; int reqs; } cases[] = {
+		{ 100, 10000000ULL, 50 },
+		{ 20 * 1024, 5368709120ULL, 20 },
+		{ 1, 10000000ULL, 3 },
+	};
+	int i;
+
+	for (i = 0; i < 3; i++) {
+		u64 rate = prism_bucket_rate(cases[i].kbps, 200000000ULL);
+		u64 start = 1000000000ULL, now = start, spent = 0;
+		struct prism_bucket bk = { };
+		int n = 0;
+
+		prism_bucket_fill(&bk, rate, now);
+		while (n < cases[i].reqs) {
+			prism_bucket_fill(&bk, rate, now);
+			if (!prism_bucket_ready(&bk)) {
+				u64 debt = (u64)(-bk.tokens) + 1;
+				u64 wait = prism_bucket_wait(&bk, rate, now);
+
+				/* At most the debt at the rate, plus a us. */
+				CHECK(wait <= debt * 1000000000ULL / rate + 1000);
+				now += wait;
+				prism_bucket_fill(&bk, rate, now);
+				if (!prism_bucket_ready(&bk)) {
+					CHECK(prism_bucket_ready(&bk));
+					break;
+				}
+				continue;
+			}
+			prism_bucket_charge(&bk, cases[i].cost);
+			spent += cases[i].cost;
+			n++;
+			now += 1000;
+		}
+		/* All but the last request's debt was paid at the rate. */
+		{
+			u64 paid = spent - cases[i].cost + rate / 10;
+			u64 took = now - start;
+			u64 fair = paid * 1000000ULL / rate * 1000;
+
+			CHECK(took >= fair * 99 / 100 && took <= fair * 101 / 100);
+		}
+	}
+}
+
+/*
+ * The cap's rate never wraps: kbps x 1024 x 1e9 overflows 64 bits above
+ * 18,014,398 KiB/s (the tunable's range allows more), which once gave a
+ * few microseconds a second instead of a huge cap. Each rate within
+ * 0.01% of the exact quotient, or at the ceiling.
+ */
+TEST(bucket_rate_does_not_wrap)
+{
+	static const u32 kbps[] = { 1, 1024, 18014398, 18014399, 20000000,
+				    0x7fffffff };
+	static const u64 bps[] = { 1000000ULL, 200000000ULL, 20000000000ULL };
+	int i, j;
+
+	for (j = 0; j < 3; j++) {
+		for (i = 0; i < 6; i++) {
+			unsigned __int128 exact = (unsigned __int128)kbps[i] *
+						  1024 * 1000000000ULL / bps[j];
+			u64 rate = prism_bucket_rate(kbps[i], bps[j]);
+
+			if (exact >= PRISM_BUCKET_RATE_MAX) {
+				CHECK_EQ(rate, PRISM_BUCKET_RATE_MAX);
+			} else {
+				CHECK(rate <= exact + 1 &&
+				      rate >= exact - exact / 10000);
+			}
+		}
+	}
+}
+
 /* Idle for a minute, the bucket holds its burst and no more. */
 TEST(bucket_banks_only_its_burst)
 {
