@@ -419,6 +419,21 @@ static inline enum prism_dir prism_rq_dir(struct request *rq)
 }
 
 /*
+ * The bytes a request moves through the device. A discard, write-zeroes
+ * or secure erase names a range but transfers nothing: it costs a command
+ * (iocost charges it nothing). Charged by its length, one large discard
+ * (an fstrim, a mkfs) would move its flow's virtual time and a capped
+ * tier's bucket by seconds, and the learner would see a transfer that
+ * never happened.
+ */
+static inline u32 prism_rq_data_bytes(struct request *rq)
+{
+	enum req_op op = req_op(rq);
+
+	return op == REQ_OP_READ || op == REQ_OP_WRITE ? blk_rq_bytes(rq) : 0;
+}
+
+/*
  * The FIFO list a request goes on: writes someone waits for (REQ_SYNC,
  * FUA or PREFLUSH: an fsync's data, jbd2's journal and commit blocks)
  * apart from background writeback. REQ_META alone does not count: the
@@ -788,7 +803,8 @@ static unsigned long prism_learn_stamp(struct prism_data *pd,
 	const struct prism_tunables *tun = prism_tun(pd);
 	unsigned long kib;
 
-	if (!tun->cost_auto || ++pd->learn_tick % PRISM_LEARN_EVERY)
+	if (!tun->cost_auto || ++pd->learn_tick % PRISM_LEARN_EVERY ||
+	    !prism_rq_data_bytes(rq))
 		return st;
 	kib = min_t(unsigned long, DIV_ROUND_UP(blk_rq_bytes(rq), 1024),
 		    PRISM_RQ_KIB_MAX);
@@ -1263,6 +1279,13 @@ static void prism_lat_add(struct request *rq, u64 done, atomic64_t *acc)
  * passthrough, which both kernels route past the elevator. A lower bound:
  * the driver tags in use less every request prism has in flight, some of
  * which may still wait for a tag.
+ *
+ * Only where the driver tags are this queue's alone: tags shared with
+ * other disks (the LUNs of one SCSI host, NVMe namespaces) or across
+ * hardware queues would count their requests as this disk's flushes and
+ * keep an anticipation window open for as long as they are busy. There
+ * prism sees no flush (0), and a chain's window is not restarted by one.
+ * A hardware queue no CPU maps to has no tags.
  */
 static u32 prism_foreign_inflight(struct request_queue *q, u32 ours)
 {
@@ -1270,8 +1293,13 @@ static u32 prism_foreign_inflight(struct request_queue *q, u32 ours)
 	unsigned long i;
 	u32 busy = 0;
 
-	queue_for_each_hw_ctx(q, hctx, i)
-		busy += sbitmap_weight(&hctx->tags->bitmap_tags.sb);
+	queue_for_each_hw_ctx(q, hctx, i) {
+		if (hctx->flags & (BLK_MQ_F_TAG_QUEUE_SHARED |
+				   BLK_MQ_F_TAG_HCTX_SHARED))
+			return 0;
+		if (hctx->tags)
+			busy += sbitmap_weight(&hctx->tags->bitmap_tags.sb);
+	}
 	return busy > ours ? busy - ours : 0;
 }
 
@@ -1315,8 +1343,16 @@ static void prism_view_flight(struct prism_data *pd, struct request_queue *q,
 		u64 done;
 
 		if (view[t].inflight ||
-		    (tq->think.samples < PRISM_THINK_MIN && !f->foreign))
+		    (tq->think.samples < PRISM_THINK_MIN && !f->foreign)) {
+			/*
+			 * A flush seen has left the device meanwhile: forget
+			 * it here too, or it keeps the one-tier shortcut off
+			 * and opens a window long after, when this is reached.
+			 */
+			if (!f->foreign)
+				tq->flush_seen = false;
 			continue;
+		}
 		/*
 		 * Each on its own: the clock may have been read already (a
 		 * rate cap, the latency fold) without the window.
@@ -1451,6 +1487,25 @@ static void prism_rate_hold(struct prism_data *pd,
 }
 
 /*
+ * Run @hctx again when a request completes. With several hardware queues
+ * (NVMe) a completion restarts only its own, and any of them drains
+ * prism's one queue: mark them all, or a hold waits for blk-mq's 3 ms
+ * re-run instead of the completion that ends it.
+ */
+static void prism_mark_restart(struct blk_mq_hw_ctx *hctx)
+{
+	struct blk_mq_hw_ctx *h;
+	unsigned long i;
+
+	if (hctx->queue->nr_hw_queues == 1) {
+		blk_mq_sched_mark_restart_hctx(hctx);
+		return;
+	}
+	queue_for_each_hw_ctx(hctx->queue, h, i)
+		blk_mq_sched_mark_restart_hctx(h);
+}
+
+/*
  * Nothing dispatched although requests are queued: make sure the queue
  * runs again when that can change. A completion (the restart flag) frees
  * room in the device; the timer closes an anticipation window. The core
@@ -1464,7 +1519,7 @@ static void prism_hold(struct prism_data *pd, struct blk_mq_hw_ctx *hctx,
 {
 	u64 end;
 
-	blk_mq_sched_mark_restart_hctx(hctx);
+	prism_mark_restart(hctx);
 	if (hold != PRISM_HOLD_WINDOW) {
 		pd->held_depth++;
 		return;
@@ -1497,7 +1552,7 @@ static void prism_flow_hold(struct prism_data *pd, struct blk_mq_hw_ctx *hctx,
 {
 	u64 end;
 
-	blk_mq_sched_mark_restart_hctx(hctx);
+	prism_mark_restart(hctx);
 	pd->held_flow++;
 	if (prism_flow_owned(fl)) {
 		end = fl->dispatch_ns + PRISM_FLOW_WAIT_MAX;
@@ -1676,7 +1731,7 @@ static struct request *prism_dispatch_request(struct blk_mq_hw_ctx *hctx)
 	struct request *rq;
 	u64 now = 0, flow_window, cost;
 	unsigned long st;
-	u32 queued_tiers = 0, depth;
+	u32 queued_tiers = 0, depth, bytes;
 	int t, dir;
 
 	spin_lock(&pd->lock);
@@ -1806,7 +1861,8 @@ chosen:
 	 * virtual time, the tier's, and the shares between tiers.
 	 */
 	dir = prism_rq_dir(rq);
-	cost = prism_cost(&pd->model, dir, blk_rq_bytes(rq),
+	bytes = prism_rq_data_bytes(rq);
+	cost = prism_cost(&pd->model, dir, bytes,
 			  prism_cost_seq(fl->sweep_pos[dir], blk_rq_pos(rq),
 					 tun->seq_gap));
 	prism_fq_charge(&pd->tier[fl->tier].fq, &fl->fq, cost);
@@ -1815,7 +1871,7 @@ chosen:
 		prism_bucket_charge(&pd->tier[c.tier].bucket, cost);
 	fl->dispatched++;
 	fl->cost += cost;
-	fl->bytes += blk_rq_bytes(rq);
+	fl->bytes += bytes;
 	if (pd->flow_window) {
 		if (!now)
 			now = ktime_get_ns();
@@ -2028,6 +2084,11 @@ static void prism_finish_request(struct request *rq)
 		/* Its flow's next request is judged from here. */
 		done = ktime_get_ns();
 		WRITE_ONCE(fl->done_ns, done);
+		/*
+		 * Before the books balance: a slot given away (and reset)
+		 * once they do must not get this store after its reset.
+		 */
+		smp_mb__before_atomic();
 	}
 	/*
 	 * The flow's books: once they balance its slot may be given away,
@@ -2626,8 +2687,17 @@ static ssize_t prism_attr_store(struct elevator_queue *e, const char *page,
 		WRITE_ONCE(pd->front_merges, val);
 	if (id == PRISM_ATTR_SORT_MODE)
 		WRITE_ONCE(pd->sort_mode, val);
+	/*
+	 * A cap lifted or loosened (or a cost changed under one) must free
+	 * what its bucket holds now, not when the old bucket's timer fires:
+	 * while capped requests are all that is queued, has_work() says
+	 * there is none, and nothing else would run the queue.
+	 */
+	if (pd->nr_capped)
+		WRITE_ONCE(pd->nr_capped, 0);
 	spin_unlock(&pd->lock);
 	kfree_rcu(old, rcu);
+	blk_mq_run_hw_queues(pd->q, true);
 	return count;
 }
 

@@ -839,6 +839,7 @@ def check_rate_cap(ctx) -> dict:
                     "throttled": tiers["low"]["throttled"],
                     "dispatched": tiers["low"]["dispatched"],
                     "balanced": conservation(dev)["balanced"]}
+    lift = rate_cap_lift(dev)
     g.set_scheduler(dev, "prism")
     capped, free = out[cap_kib], out[0]
     target = cap_kib / 1024
@@ -849,8 +850,36 @@ def check_rate_cap(ctx) -> dict:
     ok = (abs(capped["mib_s"] / target - 1) <= 0.10
           and 0 < capped["throttled"] <= 3 * capped["dispatched"]
           and free["mib_s"] >= 2 * target and free["throttled"] == 0
-          and capped["balanced"] and free["balanced"])
-    return {"ok": ok, "cap_mib_s": target, "capped": capped, "uncapped": free}
+          and capped["balanced"] and free["balanced"] and lift["ok"])
+    return {"ok": ok, "cap_mib_s": target, "capped": capped, "uncapped": free,
+            "lift": lift}
+
+
+def rate_cap_lift(dev: str) -> dict:
+    """A cap lifted frees what its bucket holds at once: under
+    low_rate_kbps=1 one 4 KiB read costs its IDLE reader about 10 s of
+    the bucket, so its next read waits; with nothing else queued nothing
+    but the rate timer would run the queue (has_work() says there is no
+    work), so writing 0 must. The reader's 20 reads then finish within a
+    few seconds, not when the old bucket would have refilled."""
+    g.set_scheduler(dev, "none")
+    g.set_scheduler(dev, "prism", {"low_rate_kbps": 1})
+    p = subprocess.Popen(["ionice", "-c3", "dd", f"if=/dev/{dev}", "of=/dev/null", "bs=4k",
+                          "count=20", "iflag=direct"],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(1.5)
+    held = p.poll() is None
+    start = time.monotonic()
+    g.write_tunable(dev, "low_rate_kbps", 0)
+    try:
+        rc = p.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        rc = -1
+    after_s = time.monotonic() - start
+    books = conservation(dev)
+    return {"ok": held and rc == 0 and after_s < 4 and books["balanced"],
+            "held_under_cap": held, "seconds_after_lift": round(after_s, 2), "rc": rc}
 
 
 def check_latency_hist(ctx) -> dict:
@@ -985,12 +1014,21 @@ def check_discard(ctx) -> dict:
         errors = sum(j["error"] for j in rep["jobs"])
         trims = sum(j.get("trim", {}).get("total_ios", 0) for j in rep["jobs"])
         # blkdiscard (it opens the disk exclusively: one at a time) in
-        # 64 KiB steps, then a whole region at once.
+        # 64 KiB steps, then a whole region at once, under a fresh
+        # instance (switching away checks fio's books): its flows are
+        # blkdiscard's alone.
+        g.set_scheduler(dev, "none")
+        g.set_scheduler(dev, "prism")
         blk = [g.sh(f"blkdiscard -o 0 -l 16M -p 65536 /dev/{dev}", check=False),
                g.sh(f"blkdiscard -o 16M -l 32M /dev/{dev}", check=False)]
         blk_ok = all(r.returncode == 0 for r in blk)
         after = disk_stat(dev)
         books = conservation(dev)
+        # A discard moves no data: it costs a command, not its length
+        # (charged by length, the 32 MiB one cost 84 ms of the flash
+        # model's time, and a capped tier waited that long for it).
+        flows = [f for f in g.prism_flows(dev) if f["dispatched"]]
+        cost_per_discard_us = max((f["cost_us"] / f["dispatched"] for f in flows), default=0)
         g.set_scheduler(dev, "none")
         out[key] = {"device": dev, "errors": errors, "fio_trims": trims,
                     "blkdiscard_ok": blk_ok,
@@ -999,7 +1037,7 @@ def check_discard(ctx) -> dict:
                                                 .read_text()),
                     "discards": after["discards"] - before["discards"],
                     "discard_merges": after["discard_merges"] - before["discard_merges"],
-                    **books}
+                    "cost_per_discard_us": cost_per_discard_us, **books}
     ok = all(o["errors"] == 0 and o["fio_trims"] > 0 and o["blkdiscard_ok"]
              and o["discards"] > 0 and o["balanced"] for o in out.values())
     # Requests merged away at insert (inserted, never dispatched), with or
@@ -1009,7 +1047,8 @@ def check_discard(ctx) -> dict:
     # queue, so few if any merge in the scheduler.
     for o in out.values():
         o["merged_at_insert"] = sum(t["inserted"] - t["dispatched"] for t in o["tiers"].values())
-    ok = ok and out["nvme"]["max_discard_segments"] > 1
+    ok = (ok and out["nvme"]["max_discard_segments"] > 1
+          and 0 < out["nullb_discard"]["cost_per_discard_us"] <= 1000)
     return {"ok": ok, **out}
 
 
