@@ -272,6 +272,29 @@ def test_workloads_add_their_baseline():
         workloads.get("nope")
 
 
+def test_a_pgbench_plan_attaches_its_image_read_only(tmp_path):
+    """The pgbench image reaches the guest as a read-only virtio disk
+    (copied at virtio's speed, not through the 9p root), beside the
+    profile's own device; a plan without pgbench attaches none."""
+    import argparse
+
+    from prism.guest.system import MODEL_SERIALS, PGIMAGE_SERIAL
+
+    img = tmp_path / "pgdata.img"
+    img.write_bytes(b"\0" * 4096)
+    args = argparse.Namespace(device="hdd-ncq", disk_params=None)
+    plan = {"profile": "hdd-ncq", "pgbench_image": str(img)}
+    disks = bench.bench_disks(plan, args, tmp_path)
+    assert [d.serial for d in disks] == [MODEL_SERIALS["hdd-ncq"], PGIMAGE_SERIAL]
+    assert disks[1].readonly and disks[1].path == img
+    assert "readonly=on" in disks[1].qemu_opts(1) and "readonly" not in disks[0].qemu_opts(0)
+    assert plan["trace"] == "disk-trace.csv"
+    assert [d.serial for d in bench.bench_disks({"profile": "nullb-ssd",
+                                                 "pgbench_image": str(img)},
+                                                args, tmp_path)] == [PGIMAGE_SERIAL]
+    assert bench.bench_disks({"profile": "nullb-ssd"}, args, tmp_path) == []
+
+
 def test_scheduler_specs():
     assert bench.parse_schedulers("none,bfq:low_latency=0,slice_idle=0,prism") == [
         "none", "bfq:low_latency=0,slice_idle=0", "prism"]

@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 
 from ..common.errors import PrismError
+from .system import PGIMAGE_SERIAL, disk_by_serial
 
 CLIENTS = 4
 THREADS = 2
@@ -81,10 +82,19 @@ class Database:
         # byte copied costs its transfer time (10 minutes for the whole
         # image at scale 200 on the hdd-ncq drive). What the free blocks
         # held before does not matter to ext4.
-        run_checked(["e2image", "-ra", self.image, dev],
+        run_checked(["e2image", "-ra", self.source(), dev],
                     f"writing the database image to {dev}", timeout=1800)
         run_checked(["blockdev", "--flushbufs", dev], f"flushing {dev}")
         self.written = dev
+
+    def source(self) -> str:
+        """Where the image is read from: the read-only disk the host
+        attached to a benchmark boot (prism.bench.plan.bench_disks), or
+        the file itself (a run on a real device, without a VM)."""
+        try:
+            return f"/dev/{disk_by_serial(PGIMAGE_SERIAL)}"
+        except (RuntimeError, OSError):
+            return self.image
 
     def forget(self) -> None:
         self.written = None

@@ -34,11 +34,13 @@ class Disk:
     serial: str          # the guest finds the disk by /sys/block/*/serial
     path: Path           # a raw image file, created sparse if missing
     size_mb: int = 256
+    readonly: bool = False
 
     def qemu_opts(self, index: int) -> str:
         drive_id = f"prismdisk{index}"
+        ro = ",readonly=on" if self.readonly else ""
         # format=raw: else QEMU probes the format and guards block 0.
-        return (f"-drive file={self.path},if=none,id={drive_id},format=raw "
+        return (f"-drive file={self.path},if=none,id={drive_id},format=raw{ro} "
                 f"-device virtio-blk-pci,drive={drive_id},serial={self.serial}")
 
 
