@@ -912,15 +912,15 @@ void prism_bucket_fill(struct prism_bucket *bk, u64 rate, u64 now)
  */
 u64 prism_bucket_wait(const struct prism_bucket *bk, u64 rate, u64 now)
 {
-	u64 debt, us, ready;
+	u64 debt, secs, us, ready;
 
 	if (bk->tokens > 0 || !rate)
 		return 0;
 	debt = (u64)(-bk->tokens) + 1;
-	/* ceil(debt x 1e6 / rate) us, in two steps so that it cannot wrap. */
-	us = div_u64_u64(debt, rate) * 1000000ULL +
-	     div_u64_u64((debt - div_u64_u64(debt, rate) * rate) * 1000000ULL +
-			 rate - 1, rate);
+	/* ceil(debt x 1e6 / rate) us, whole seconds first: it cannot wrap. */
+	secs = div_u64_u64(debt, rate);
+	us = secs * 1000000ULL +
+	     div_u64_u64((debt - secs * rate) * 1000000ULL + rate - 1, rate);
 	ready = bk->stamp + us * 1000;
 	return ready > now ? ready - now : 1000;
 }

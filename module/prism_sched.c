@@ -802,12 +802,14 @@ static unsigned long prism_learn_stamp(struct prism_data *pd,
 #if PRISM_CAN_LEARN
 	const struct prism_tunables *tun = prism_tun(pd);
 	unsigned long kib;
+	u32 bytes;
 
-	if (!tun->cost_auto || ++pd->learn_tick % PRISM_LEARN_EVERY ||
-	    !prism_rq_data_bytes(rq))
+	if (!tun->cost_auto || ++pd->learn_tick % PRISM_LEARN_EVERY)
 		return st;
-	kib = min_t(unsigned long, DIV_ROUND_UP(blk_rq_bytes(rq), 1024),
-		    PRISM_RQ_KIB_MAX);
+	bytes = prism_rq_data_bytes(rq);
+	if (!bytes)
+		return st;
+	kib = min_t(unsigned long, DIV_ROUND_UP(bytes, 1024), PRISM_RQ_KIB_MAX);
 	st |= PRISM_RQ_LEARN | kib << PRISM_RQ_KIB_SHIFT;
 	if (prism_cost_seq(pd->head_pos, blk_rq_pos(rq), tun->seq_gap))
 		st |= PRISM_RQ_LEARN_SEQ;

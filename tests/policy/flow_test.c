@@ -596,6 +596,21 @@ TEST(idle_hold_time_earns_lower_shares)
 }
 
 /*
+ * An empty bucket: wait as long as prism_bucket_wait() says and refill;
+ * it must then hold tokens. The wait, or 0 if it did not (a failure).
+ */
+static u64 bucket_wait_out(struct prism_bucket *bk, u64 rate, u64 *now)
+{
+	u64 wait = prism_bucket_wait(bk, rate, *now);
+
+	CHECK(wait > 0);
+	*now += wait;
+	prism_bucket_fill(bk, rate, *now);
+	CHECK(prism_bucket_ready(bk));
+	return prism_bucket_ready(bk) ? wait : 0;
+}
+
+/*
  * Token buckets: a cap of 20 MiB/s on a 200 MB/s device is a tenth of
  * its time (about); a new bucket starts full (100 ms of it); a tier that
  * dispatches back to back gets the rate over a simulated 10 s, within
@@ -620,15 +635,8 @@ TEST(bucket_caps_at_its_rate)
 		while (now < end) {
 			prism_bucket_fill(&bk, rate, now);
 			if (!prism_bucket_ready(&bk)) {
-				u64 wait = prism_bucket_wait(&bk, rate, now);
-
-				CHECK(wait > 0);
-				now += wait;
-				prism_bucket_fill(&bk, rate, now);
-				if (!prism_bucket_ready(&bk)) {
-					CHECK(prism_bucket_ready(&bk));
+				if (!bucket_wait_out(&bk, rate, &now))
 					break;
-				}
 				continue;
 			}
 			prism_bucket_charge(&bk, cost);
@@ -670,16 +678,12 @@ TEST(bucket_pays_a_debt_of_many_seconds_on_time)
 			prism_bucket_fill(&bk, rate, now);
 			if (!prism_bucket_ready(&bk)) {
 				u64 debt = (u64)(-bk.tokens) + 1;
-				u64 wait = prism_bucket_wait(&bk, rate, now);
+				u64 wait = bucket_wait_out(&bk, rate, &now);
 
+				if (!wait)
+					break;
 				/* At most the debt at the rate, plus a us. */
 				CHECK(wait <= debt * 1000000000ULL / rate + 1000);
-				now += wait;
-				prism_bucket_fill(&bk, rate, now);
-				if (!prism_bucket_ready(&bk)) {
-					CHECK(prism_bucket_ready(&bk));
-					break;
-				}
 				continue;
 			}
 			prism_bucket_charge(&bk, cases[i].cost);
