@@ -13,6 +13,18 @@
 #include "prism_policy.h"
 
 /*
+ * Timestamps and counters of 64 bits (a flow's done_ns, the books'
+ * inserted count, a flow's window) are read without the lock that
+ * writes them: READ_ONCE of a u64 is one load on a 64-bit kernel but two
+ * on a 32-bit one, where a reader could see half of an update. Rather
+ * than carry atomic64_t through the hot path for machines nobody runs a
+ * multi-queue disk on, prism builds for 64-bit kernels only.
+ */
+#ifndef CONFIG_64BIT
+#error "prism-iosched needs a 64-bit kernel: it reads 64-bit counters without a lock"
+#endif
+
+/*
  * struct blk_mq_tags lives in the private block/blk-mq-tag.h on 6.1 and in
  * <linux/blk-mq.h> on 6.12, where that header is gone. Included after the
  * other private headers.
