@@ -6,8 +6,11 @@ lockdep or hung-task report.
 Skipped with --no-vm. Kernels: --kernels 6.1,6.12 (default both).
 """
 
+import contextlib
+import csv
 import json
 import shutil
+from pathlib import Path
 
 import dkmstool
 import pytest
@@ -38,8 +41,33 @@ def skip_if_left_out(kernel: str, config, check: str) -> None:
                     f"run on {newest_kernel(config)} only")
 
 
+@contextlib.contextmanager
+def dkms_installed(k, tmp_path_factory):
+    """prism-iosched installed through DKMS into @k's own module tree on
+    the host, which the guest shares, for the boot's autoload check;
+    removed after. Yields why the check cannot run, or None."""
+    why = None
+    if not shutil.which("dkms"):
+        why = "dkms not installed (apt-get install dkms; scripts/setup.sh does)"
+    elif dkmstool.package_installed() or dkmstool.installed_kos(k):
+        why = f"prism-iosched is installed for {k.abi} on this machine: not touching it"
+    if why:
+        yield why
+        return
+    tmp = tmp_path_factory.mktemp(f"dkms-{k.series}")
+    try:
+        dkmstool.add_build_install(tmp, k)
+        yield None
+    finally:
+        removed = dkmstool.dkms(tmp, ["remove", "--all"])
+    assert removed.returncode == 0, removed.stdout[-2000:] + removed.stderr[-2000:]
+    assert not dkmstool.installed_kos(k), "dkms remove left the module installed"
+
+
 @pytest.fixture(scope="session")
-def boot(kernel, request):
+def boot(kernel, request, tmp_path_factory):
+    """The main suite in one boot of @kernel, with the autoload check
+    first (the module installed through DKMS around the boot)."""
     if request.config.getoption("--no-vm"):
         pytest.skip("--no-vm")
     k = kernels.get(kernel)
@@ -50,9 +78,14 @@ def boot(kernel, request):
     skip = skipped_here(kernel, request.config)
     if skip:
         cmd += " --skip " + ",".join(skip)
-    res = vm.run(k, cmd, ko=ko, disks=disks, timeout=2400, rundir=rundir, echo=True)
+    with dkms_installed(k, tmp_path_factory) as no_autoload:
+        if not no_autoload:
+            cmd += " --autoload-first"
+        res = vm.run(k, cmd, ko=ko, disks=disks, timeout=2400, rundir=rundir, echo=True)
     out = rundir / "results.json"
     results = json.loads(out.read_text()) if out.exists() else {}
+    if no_autoload:
+        results["autoload"] = {"not_run": no_autoload}
     return res, results
 
 
@@ -72,43 +105,17 @@ def cloud_boot(request):
     return res, (json.loads(out.read_text()) if out.exists() else {})
 
 
-@pytest.fixture(scope="session")
-def autoload_boot(kernel, request, tmp_path_factory):
-    """prism-iosched installed through DKMS into the kernel's own module
-    tree on the host, which the guest shares, then a boot that loads
-    nothing itself (selftest's autoload suite); DKMS removes it after."""
-    if request.config.getoption("--no-vm"):
-        pytest.skip("--no-vm")
-    if not shutil.which("dkms"):
-        pytest.skip("dkms not installed (apt-get install dkms; scripts/setup.sh does)")
-    k = kernels.get(kernel)
-    if dkmstool.package_installed() or dkmstool.installed_kos(k):
-        pytest.skip(f"prism-iosched is installed for {k.abi} on this machine: not touching it")
-    kernels.fetch(k)
-    tmp = tmp_path_factory.mktemp(f"dkms-{kernel}")
-    rundir = vm.new_rundir()
-    try:
-        dkmstool.add_build_install(tmp, k)
-        res = vm.run(k, "python3 -m prism.guest.selftest --suite autoload --out results.json",
-                     timeout=600, rundir=rundir, echo=True)
-    finally:
-        removed = dkmstool.dkms(tmp, ["remove", "--all"])
-    assert removed.returncode == 0, removed.stdout[-2000:] + removed.stderr[-2000:]
-    assert not dkmstool.installed_kos(k), "dkms remove left the module installed"
-    out = rundir / "results.json"
-    return res, (json.loads(out.read_text()) if out.exists() else {})
-
-
 @pytest.mark.vm
-def test_vm_autoloads_the_dkms_module(autoload_boot):
+def test_vm_autoloads_the_dkms_module(boot):
     """Writing "prism" to a queue's scheduler, with the module not
-    loaded, loads the DKMS-installed one (check_autoload); the kernel log
-    stays clean."""
-    res, results = autoload_boot
+    loaded, loads the DKMS-installed one (check_autoload, first in the
+    main boot; its kernel log is checked with the boot's)."""
+    res, results = boot
     r = results.get("autoload")
-    assert r, f"the autoload check did not run (guest exit {res.returncode}): {results}"
+    assert r, f"the autoload check did not run (guest exit {res.returncode})"
+    if "not_run" in r:
+        pytest.skip(r["not_run"])
     assert r["ok"], json.dumps(r, indent=1)[:4000]
-    assert res.log_problems == [], res.log_problems
 
 
 @pytest.mark.vm
@@ -135,51 +142,61 @@ def test_vm_hdd_random_reads_follow_the_model(boot, kernel, request):
     assert 0.6 * expected < iops < 1.1 * expected, (iops, expected)
 
 
-def hdd_streaming_rate(mib: int = 64, req_kib: int = 1024) -> float:
-    """Bytes per second the HDD model streams from its start, requests
-    following each other back to back: the outer zone's media rate less
-    head switches and command overhead."""
-    m = diskmodel.HddModel()
-    nsect = req_kib * 1024 // diskmodel.SECTOR
-    t = first = 0.0
-    for i in range(mib * 1024 // req_kib):
-        start, t = m.service(i * nsect, nsect, t)
-        if i == 0:
-            first = start
-    return mib * 2**20 / (t - first)
+def phase_in_trace(trace: Path, marks: list[int]) -> list[dict]:
+    """The drive's reads between the two marker reads (at sectors
+    @marks) with which check_cost_learn_hdd brackets its sequential phase."""
+    with open(trace) as f:
+        rows = [r for r in csv.DictReader(f) if r["op"] == "read"]
+    end = max(i for i, r in enumerate(rows) if int(r["sector"]) == marks[1])
+    start = max(i for i, r in enumerate(rows[:end]) if int(r["sector"]) == marks[0])
+    return rows[start + 1:end]
 
 
-def learned_mix_rate(learned: dict, mix=selftest.LEARN_SEQ_MIX) -> float:
-    """Bytes per second of sequential reads of @mix at the cost the
-    learned coefficients give them (prism_cost(): a 4 KiB I/O's time less
-    its transfer, plus the transfer at the streaming rate)."""
-    bps, iops = int(learned["rbps"]), int(learned["rseqiops"])
-    base = 1 / iops - 4096 / bps
-    seconds = sum(pct * (base + kib * 1024 / bps) for kib, pct in mix)
-    return sum(pct * kib * 1024 for kib, pct in mix) / seconds
+def learned_cost_s(learned: dict, rows: list[dict], seq_gap: int = 64) -> float:
+    """Seconds the learned read coefficients charge for the drive's
+    commands @rows, as prism_cost() does: a 4 KiB read's time less its
+    transfer (sequential when it starts within seq_gap sectors of where
+    the previous one ended, random otherwise) plus its bytes at rbps."""
+    bps = int(learned["rbps"])
+    seq_base = 1 / int(learned["rseqiops"]) - 4096 / bps
+    rand_base = 1 / int(learned["rrandiops"]) - 4096 / bps
+    total, end = 0.0, None
+    for r in rows:
+        sector, n = int(r["sector"]), int(r["sectors"])
+        seq = end is not None and abs(sector - end) <= seq_gap
+        total += (seq_base if seq else rand_base) + n * diskmodel.SECTOR / bps
+        end = sector + n
+    return total
 
 
 @pytest.mark.vm
 def test_vm_hdd_learned_cost_follows_the_model(boot, kernel, request):
     """cost_model=auto on the emulated HDD (check cost_learn_hdd) learns
-    within 20% of the disk model's arithmetic: the random 4 KiB read rate
-    of depth-1 reads over the whole disk, and the rate at which the
-    learned costs stream the sequential reads it saw, against the model
-    streaming them back to back. (How that rate splits into a per-request
-    and a per-byte part is not asserted: under TCG each command waits a
-    millisecond or two for the next, during which the drive reads ahead,
-    so a request's own time hardly grows with its size while the stream
-    still runs at the media rate.)"""
+    within 20% of what the drive did: the random 4 KiB read rate against
+    the disk model's arithmetic for depth-1 reads over the whole disk, and,
+    for the sequential phase (reads of mixed sizes, which the drive
+    streams at its media rate), the learned costs of the commands the
+    drive served against the time it took to serve them (first arrival to
+    last completion, from the drive's own trace). A share of the device is
+    made of that sum, so the sum is asserted; its split into a
+    per-request and a per-byte part is not (under TCG the guest's gaps
+    between commands, in which the drive reads ahead, vary from run to
+    run and the split with them, while the sum stays put: 0.94-1.01 of
+    the drive's time over seven runs here, when the rate the split gives
+    a fixed mix of sizes ranged 0.77-1.18 of the model's streaming rate)."""
     skip_if_left_out(kernel, request.config, "cost_learn_hdd")
-    _, results = boot
+    res, results = boot
     r = results.get("cost_learn_hdd", {})
     learned = r.get("learned")
     assert learned, f"the cost_learn_hdd check learned nothing: {r}"
     rand = diskmodel.HddModel().expected_random_iops(8)
-    stream = hdd_streaming_rate()
-    got_rand, got_stream = int(learned["rrandiops"]), learned_mix_rate(learned)
+    got_rand = int(learned["rrandiops"])
     assert 0.8 * rand < got_rand < 1.2 * rand, (got_rand, rand)
-    assert 0.8 * stream < got_stream < 1.2 * stream, (got_stream, stream, learned)
+    rows = phase_in_trace(res.rundir / "disk-trace.csv", r["seq_marks"])
+    assert len(rows) > 100, f"the sequential phase left {len(rows)} reads in the trace"
+    took = float(rows[-1]["end_s"]) - float(rows[0]["arrival_s"])
+    charged = learned_cost_s(learned, rows)
+    assert 0.8 * took < charged < 1.2 * took, (charged, took, len(rows), learned)
 
 
 @pytest.mark.vm
@@ -242,7 +259,7 @@ def test_bench_quick_end_to_end(request, tmp_path, device):
 
     kernel = newest_kernel(request.config)
     args = argparse.Namespace(kernel=kernel, workload="database_backup",
-                              schedulers=bench.ALL_SCHEDULERS, reps=1, runtime=2, ramp=1,
+                              schedulers=bench.ALL_SCHEDULERS, reps=1, runtime=1, ramp=0,
                               device=device, force=False, out=str(tmp_path / "out"),
                               accel="auto", timeout=1200, memory="2G", cpus=2)
     summaries = bench.run(args, command="pytest quick bench")
