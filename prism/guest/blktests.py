@@ -41,7 +41,7 @@ SCHED_TESTS = ["block/003", "block/004", "block/005", "block/009",
 # of a run's length: the test suite takes a shorter one (CI_FIO_TIMEOUT),
 # still thousands of requests through prism per test under TCG.
 FIO_TIMEOUT = 30
-CI_FIO_TIMEOUT = 10
+CI_FIO_TIMEOUT = 5
 
 
 def parse_results(results: Path) -> dict[str, dict]:
