@@ -16,6 +16,7 @@ import dkmstool
 import pytest
 
 from prism import cli
+from prism.common import stats
 from prism.drives import diskmodel
 from prism.guest import selftest
 from prism.host import build, kernels, vm
@@ -152,7 +153,8 @@ def phase_in_trace(trace: Path, marks: list[int]) -> list[dict]:
     return rows[start + 1:end]
 
 
-def learned_cost_s(learned: dict, rows: list[dict], seq_gap: int = 64) -> float:
+def learned_cost_s(learned: dict, rows: list[dict],
+                   seq_gap: int = selftest.TUNABLES["seq_gap"][0]) -> float:
     """Seconds the learned read coefficients charge for the drive's
     commands @rows, as prism_cost() does: a 4 KiB read's time less its
     transfer (sequential when it starts within seq_gap sectors of where
@@ -192,7 +194,7 @@ def test_vm_hdd_learned_cost_follows_the_model(boot, kernel, request):
     rand = diskmodel.HddModel().expected_random_iops(8)
     got_rand = int(learned["rrandiops"])
     assert 0.8 * rand < got_rand < 1.2 * rand, (got_rand, rand)
-    rows = phase_in_trace(res.rundir / "disk-trace.csv", r["seq_marks"])
+    rows = phase_in_trace(res.rundir / stats.TRACE_NAME, r["seq_marks"])
     assert len(rows) > 100, f"the sequential phase left {len(rows)} reads in the trace"
     took = float(rows[-1]["end_s"]) - float(rows[0]["arrival_s"])
     charged = learned_cost_s(learned, rows)
