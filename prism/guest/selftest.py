@@ -1244,6 +1244,86 @@ def check_requeue(ctx) -> dict:
             **books}
 
 
+def scsi_debug_disks() -> list[str]:
+    """The scsi_debug disks, by LUN."""
+    disks = []
+    for dev in sorted(g.SYS_BLOCK.glob("sd*")):
+        model = dev / "device" / "model"
+        if model.exists() and model.read_text().strip() == "scsi_debug":
+            lun = int(os.path.realpath(dev / "device").rsplit(":", 1)[1])
+            disks.append((lun, dev.name))
+    return [name for _, name in sorted(disks)]
+
+
+# The IDLE reader's pace in check_shared_tags: it submits on a clock,
+# whatever completes, so its inserts keep running prism's dispatch.
+SHARED_IDLE_IOPS = 200
+
+
+def check_shared_tags(ctx) -> dict:
+    """Driver tags shared between disks are not flushes: two LUNs of one
+    scsi_debug host (8 host tags of 0.5 ms, shared by both queues: the
+    kernel flags them TAG_QUEUE_SHARED). On LUN 0 under prism (window
+    20 ms), an RT chain (iodepth 1) for 3 s beside an IDLE reader
+    submitting 200 reads a second, which runs on for 5 s more; LUN 1 is
+    kept busy throughout. prism counts requests in the device it did not
+    dispatch (flushes) from the driver tags in use, and a dispatch that
+    sees one restarts the anticipation window of the chain it ends; with
+    shared tags those would be LUN 1's requests, and each of the reader's
+    inserts would restart RT's window, holding the reader until aging
+    (10 s). The reader must keep at least half its pace in every whole
+    second after RT stops, and the books balance."""
+    g.sh("modprobe scsi_debug add_host=1 num_tgts=1 max_luns=2 dev_size_mb=256 "
+         "ndelay=500000 max_queue=8")
+    try:
+        for _ in range(100):
+            disks = scsi_debug_disks()
+            if len(disks) == 2:
+                break
+            time.sleep(0.1)
+        else:
+            raise RuntimeError(f"scsi_debug gave disks {scsi_debug_disks()}, not 2")
+        dev, other = disks
+        g.sh("udevadm settle --timeout=10", check=False)
+        g.set_scheduler(other, "none")
+        g.set_scheduler(dev, "prism", {"anticipate_us": 20000})
+        busy = subprocess.Popen(
+            ["fio", "--name=other", f"--filename=/dev/{other}", "--direct=1",
+             "--rw=randread", "--bs=4k", "--iodepth=16", "--ioengine=libaio",
+             "--time_based=1", "--runtime=12", "--output-format=json"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(1)
+        flags = (g.DEBUGFS / "block" / dev / "hctx0" / "flags").read_text()
+        held_before = g.prism_flight(dev)["held_window"]
+        log = Path("shared-idle")
+        rep = g.fio(args=["--group_reporting=0", f"--filename=/dev/{dev}", "--direct=1",
+                          "--ioengine=libaio", "--time_based=1",
+                          "--name=rt", "--rw=randread", "--bs=4k", "--iodepth=1",
+                          "--prioclass=1", "--runtime=3",
+                          "--name=idle", "--rw=randread", "--bs=4k", "--iodepth=32",
+                          f"--rate_iops={SHARED_IDLE_IOPS}", "--prioclass=3",
+                          "--runtime=8", "--offset=128M",
+                          f"--write_iops_log={log}", "--log_avg_msec=1000"],
+                    timeout=120)
+        busy.communicate(timeout=60)
+        flight = g.prism_flight(dev)
+        books = conservation(dev)
+        g.set_scheduler(dev, "none")
+        per_second = per_second_ios(next(Path().glob(f"{log}_iops.*.log")))
+    finally:
+        g.sh("rmmod scsi_debug", check=False)
+    # per_second_ios() drops the first and the last second: index 3 is
+    # the 5th second, the first whole one after RT's 3 s (and the window).
+    after_rt = per_second[3:]
+    shared = "TAG_QUEUE_SHARED" in flags
+    ok = (shared and len(after_rt) >= 2 and min(after_rt) >= SHARED_IDLE_IOPS / 2
+          and job(rep, "rt")["ios"] > 0 and books["balanced"])
+    return {"ok": ok, "disks": disks, "hctx_flags": flags.strip(),
+            "tags_shared": shared, "idle_per_second": per_second,
+            "rt_ios": job(rep, "rt")["ios"], "idle_ios": job(rep, "idle")["ios"],
+            "held_window": flight["held_window"] - held_before, **books}
+
+
 def check_hot_remove(ctx) -> dict:
     """A device removed while prism holds requests: a slow configfs
     null_blk (2 slots of 5 ms, 64 scheduler tags) is powered off under
@@ -1354,6 +1434,7 @@ CHECKS = [
     ("mapping_flips", check_mapping_flips),
     ("tag_reserve", check_tag_reserve),
     ("requeue", check_requeue),
+    ("shared_tags", check_shared_tags),
     ("hot_remove", check_hot_remove),
     ("queue_changes_under_load", check_queue_changes_under_load),
     ("unload", check_unload),
