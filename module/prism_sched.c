@@ -968,9 +968,10 @@ static unsigned long prism_first_insert(struct prism_data *pd,
 		fl = &pd->flows[PRISM_NR_FLOWS + tier];
 	}
 	st |= (unsigned long)prism_flow_slot(pd, fl) << PRISM_RQ_FLOW_SHIFT;
-	/* Only sector order asks whether a stream is sequential. */
-	if (pd->sorted && prism_stream_update(&fl->stream, blk_rq_pos(rq),
-					      blk_rq_sectors(rq), t->seq_gap))
+	/* Sector order and idling for flows ask whether it is sequential. */
+	if ((pd->sorted || pd->flow_window) &&
+	    prism_stream_update(&fl->stream, blk_rq_pos(rq),
+				blk_rq_sectors(rq), t->seq_gap))
 		st |= PRISM_RQ_SEQ;
 	if (fl->rt != (IOPRIO_PRIO_CLASS(ioprio) == IOPRIO_CLASS_RT))
 		WRITE_ONCE(fl->rt, !fl->rt);
@@ -1596,12 +1597,13 @@ static bool prism_flow_can_allocate(struct prism_data *pd,
 }
 
 /*
- * The batch's flow, if it has nothing queued and is expected back: its
- * view then says so (flow_waits), and prism_choose() may hold for it.
+ * The batch's flow, if it has nothing queued and is expected back, and
+ * waiting for it can pay on a device of @depth: its view then says so
+ * (flow_waits), and prism_choose() may hold for it.
  */
 static struct prism_flow *prism_flow_waited(struct prism_data *pd,
 					    struct prism_tier_view *view,
-					    u32 throttled, u64 *now)
+					    u32 throttled, u32 depth, u64 *now)
 {
 	struct prism_flow *fl;
 
@@ -1609,7 +1611,9 @@ static struct prism_flow *prism_flow_waited(struct prism_data *pd,
 		return NULL;
 	fl = &pd->flows[pd->batch.flow];
 	if (!fl->key || fl->tier != pd->batch.tier || fl->fq.backlogged ||
-	    (throttled & BIT(fl->tier)) || !prism_flow_can_allocate(pd, fl))
+	    (throttled & BIT(fl->tier)) || !prism_flow_can_allocate(pd, fl) ||
+	    !prism_flow_idle_pays(depth, &fl->stream, &pd->tier[fl->tier].fq,
+				  &fl->fq))
 		return NULL;
 	if (!*now)
 		*now = ktime_get_ns();
@@ -1707,7 +1711,7 @@ prism_choose_viewed(struct prism_data *pd, struct blk_mq_hw_ctx *hctx,
 	}
 	prism_view_flight(pd, hctx->queue, view, first, &flight, now, &window);
 	*waited = *queued_tiers ?
-		  prism_flow_waited(pd, view, throttled, now) : NULL;
+		  prism_flow_waited(pd, view, throttled, depth, now) : NULL;
 
 	flight.depth = depth;
 	flight.lower_limit = pd->depth.limit;
@@ -2251,7 +2255,7 @@ static bool prism_bio_merge(struct request_queue *q, struct bio *bio,
 
 	spin_lock(&pd->lock);
 	ret = blk_mq_sched_try_merge(q, bio, nr_segs, &free);
-	if (ret && pd->sorted) {
+	if (ret && (pd->sorted || pd->flow_window)) {
 		/*
 		 * A stream that merges is sequential: feed its flow's detector
 		 * as an insert would, or a heavily merging stream would look

@@ -503,6 +503,47 @@ def check_flow_idle_hdd(ctx) -> dict:
             "runs": runs}
 
 
+def check_flow_idle_queueing(ctx) -> dict:
+    """Idling for flows on a queueing disk (a null_blk taking 8 commands
+    of 2 ms, flagged rotational, as a disk with NCQ): two processes
+    reading at iodepth 1 in one tier, for 3 s each way. Two random readers
+    at one weight are not waited for (the drive orders what it holds; a
+    wait only makes the other wait out each request), two sequential ones
+    are, and so are two random readers of different weights (BE 3 and 5,
+    both in the default NORMAL tier: only the wait keeps their ratio).
+    prism's holds for a flow, counted per run; the books balance after
+    each."""
+    dev = g.nullb_configfs("ncq", depth=8, completion_us=2000, size_mb=2048,
+                           memory_backed=False)
+    runs = {}
+    try:
+        g.write_queue(dev, "rotational", 1)
+        for name, rw, levels in (("random_equal", "randread", (4, 4)),
+                                 ("sequential_equal", "read", (4, 4)),
+                                 ("random_weighted", "randread", (3, 5))):
+            g.set_scheduler(dev, "none")
+            g.set_scheduler(dev, "prism")
+            args = ["--direct=1", "--ioengine=libaio", "--runtime=3", "--time_based=1",
+                    "--group_reporting=0", f"--filename=/dev/{dev}"]
+            for i, level in enumerate(levels):
+                args += [f"--name=r{i}", f"--rw={rw}", "--bs=4k", "--iodepth=1",
+                         "--prioclass=2", f"--prio={level}", f"--offset={i}G",
+                         "--size=1G"]
+            out = g.fio(args=args, timeout=120)
+            runs[name] = {"held_flow": g.prism_flight(dev)["held_flow"],
+                          "ios": [job(out, f"r{i}")["ios"] for i in range(2)],
+                          "balanced": conservation(dev)["balanced"]}
+        g.set_scheduler(dev, "none")
+    finally:
+        cfg = g.CONFIGFS / "nullb" / "ncq"
+        (cfg / "power").write_text("0\n")
+        cfg.rmdir()
+    ok = (runs["random_equal"]["held_flow"] == 0 and runs["sequential_equal"]["held_flow"] > 0
+          and runs["random_weighted"]["held_flow"] > 0
+          and all(r["balanced"] and min(r["ios"]) > 0 for r in runs.values()))
+    return {"ok": ok, "runs": runs}
+
+
 def check_flows_greedy(ctx) -> dict:
     """One greedy process (4 KiB random reads, iodepth 64) against four
     light ones (iodepth 1) at one priority on the metered NVMe disk, under
@@ -1418,6 +1459,7 @@ CHECKS = [
     ("drive_hdd", check_drive_hdd),
     ("anticipation_hdd", check_anticipation_hdd),
     ("flow_idle_hdd", check_flow_idle_hdd),
+    ("flow_idle_queueing", check_flow_idle_queueing),
     ("cost_learn_hdd", check_cost_learn_hdd),
     ("switch_under_load", check_switch_under_load),
     ("switch_under_load_nvme", lambda ctx: check_switch_under_load(ctx, "nvme")),
@@ -1448,7 +1490,8 @@ CHECKS = [
 # requeue, discard, flush routing, tag depths, removal) runs on every kernel.
 SAME_ON_EVERY_KERNEL = ["drive_hdd", "cost_learn_hdd", "priority_latency_nvme",
                         "priority_latency", "share", "flows_greedy",
-                        "flow_shares", "flow_idle_hdd", "aging", "share_sweep"]
+                        "flow_shares", "flow_idle_hdd", "flow_idle_queueing", "aging",
+                        "share_sweep"]
 
 
 def setup() -> dict:

@@ -849,6 +849,39 @@ TEST(flow_expected_rules)
 	CHECK(!prism_flow_expected(&th, 0, 0, now, w));
 }
 
+TEST(flow_idle_pays_by_device)
+{
+	struct prism_stream random = { 0 }, stream = { 0 };
+	struct prism_fq fq = { 0 };
+	struct prism_fq_flow f = { .weight = 40 };
+	int i;
+
+	for (i = 0; i < PRISM_SEQ_SCORE_MAX; i++)
+		prism_stream_update(&stream, 8 * i, 8, 64);
+	for (i = 0; i < PRISM_SEQ_SCORE_MAX; i++)
+		prism_stream_update(&random, 1000000 * (i % 3), 8, 64);
+	CHECK(stream.score >= PRISM_SEQ_THRESHOLD);
+	CHECK(random.score < PRISM_SEQ_THRESHOLD);
+
+	/* Two backlogged flows of f's weight: a tier of equals. */
+	fq.nr = 2;
+	fq.wsum = 80;
+	/* One command at a time: always worth a wait. */
+	CHECK(prism_flow_idle_pays(1, &random, &fq, &f));
+	CHECK(prism_flow_idle_pays(1, &stream, &fq, &f));
+	/* A queueing device: a stream yes, a random flow among equals no. */
+	CHECK(prism_flow_idle_pays(32, &stream, &fq, &f));
+	CHECK(!prism_flow_idle_pays(32, &random, &fq, &f));
+	/* Nobody else backlogged: nothing to keep a ratio against. */
+	fq.nr = 0;
+	fq.wsum = 0;
+	CHECK(!prism_flow_idle_pays(32, &random, &fq, &f));
+	/* Another weight backlogged: only the wait keeps the ratio. */
+	fq.nr = 2;
+	fq.wsum = 40 + 10;
+	CHECK(prism_flow_idle_pays(32, &random, &fq, &f));
+}
+
 TEST(flow_window_auto_by_media)
 {
 	struct prism_tunables t = flow_defaults();
