@@ -54,6 +54,12 @@ void prism_tunables_init(struct prism_tunables *t, unsigned int hz)
 	t->quantum = 16000000ULL;
 	/* CPQ's soft limit: half the tags per thread group. */
 	t->flow_depth = 50;
+	/*
+	 * While weights differ a tier keeps at least eight in flight: enough
+	 * for a metered volume or a disk's NCQ (more when its flows own
+	 * enough to fill more by weight).
+	 */
+	t->fair_depth = 8;
 	/* Cost coefficients: all 0, the media's defaults; fixed, not learned. */
 	t->cost = (struct prism_cost_params){ };
 	t->cost_auto = false;
@@ -304,6 +310,10 @@ static void batch_close(struct prism_batch *b)
  * device holds nothing of its tier (an idle gap, not a request in
  * service, which depth control governs), the tiers below, as an
  * anticipated tier does: shares and aging pass.
+ *
+ * The highest queued tier at its fair_cap in flight (weights differ
+ * among its flows; see prism_fair_cap()) waits for a slot to free, and
+ * so does everything below it but shares and aging.
  */
 bool prism_choose(const struct prism_tier_view view[PRISM_NR_TIERS],
 		  struct prism_batch *b, const struct prism_tunables *t,
@@ -355,6 +365,12 @@ bool prism_choose(const struct prism_tier_view view[PRISM_NR_TIERS],
 			*hold = PRISM_HOLD_DEPTH;
 			return false;
 		}
+	}
+
+	if (view[tier].fair_cap && view[tier].inflight >= view[tier].fair_cap) {
+		/* Its next slot goes to the flow the fair queue names then. */
+		*hold = PRISM_HOLD_FAIR;
+		return false;
 	}
 
 	c->tier = tier;

@@ -203,6 +203,8 @@ struct prism_tier_queue {
 	u32 queued_head;			/* on prism_data.dispatch */
 	struct list_head active;		/* backlogged flows */
 	struct prism_fq fq;
+	u32 fair_cap;		/* its last fair cap (prism_tier_fair_cap()) */
+	unsigned long fair_seen;	/* jiffies it was last computed */
 
 	/*
 	 * Statistics, under prism_data.lock except the atomics. inserted is
@@ -333,6 +335,7 @@ struct prism_data {
 	u64 held_window;
 	u64 held_depth;
 	u64 held_flow;
+	u64 held_fair;		/* holds at a tier's fair_cap */
 	u64 idle_since;		/* ns: a window hold began; 0: none */
 	int idle_tier;		/* the tier it held for */
 	int idle_flow;		/* the flow slot it idled for, -1: a tier */
@@ -1523,6 +1526,10 @@ static void prism_hold(struct prism_data *pd, struct blk_mq_hw_ctx *hctx,
 	u64 end;
 
 	prism_mark_restart(hctx);
+	if (hold == PRISM_HOLD_FAIR) {
+		pd->held_fair++;
+		return;
+	}
 	if (hold != PRISM_HOLD_WINDOW) {
 		pd->held_depth++;
 		return;
@@ -1663,6 +1670,50 @@ static bool prism_tier_alone(struct prism_data *pd,
 }
 
 /*
+ * In flight @tier may have now (prism_fair_cap()): weights differ among
+ * its backlogged flows, and they own too little to fill the device by
+ * weight; 0: no cap. Walks the backlogged flows only when weights differ.
+ * The cap outlives the moment a flow has all it owns in the device and so
+ * leaves the fair queue (prism_fair_lingers()): lifted then, the other
+ * flows would fill the device at once.
+ */
+static u32 prism_tier_fair_cap(struct prism_data *pd,
+			       const struct prism_tunables *tun, int tier,
+			       u32 depth)
+{
+	struct prism_tier_queue *tq = &pd->tier[tier];
+	struct prism_flow *fl;
+	u32 cap = depth;
+
+	if (!prism_fair_applies(&tq->fq, depth, tun)) {
+		if (tq->fair_cap && tun->fair_depth && tq->fair_cap < depth &&
+		    prism_fair_lingers(jiffies, tq->fair_seen, HZ))
+			return tq->fair_cap;
+		tq->fair_cap = 0;
+		return 0;
+	}
+	list_for_each_entry(fl, &tq->active, active)
+		cap = prism_fair_fold(cap, prism_flow_owned(fl), fl->fq.weight,
+				      &tq->fq);
+	tq->fair_cap = prism_fair_cap(cap, depth, tun);
+	tq->fair_seen = jiffies;
+	return tq->fair_cap;
+}
+
+/*
+ * Whether @tier has its fair cap in flight: then prism_choose() holds it,
+ * which the one-tier shortcut does not know.
+ */
+static bool prism_fair_full(struct prism_data *pd,
+			    const struct prism_tunables *tun, int tier,
+			    u32 depth)
+{
+	u32 cap = prism_tier_fair_cap(pd, tun, tier, depth);
+
+	return cap && prism_inflight(&pd->tier[tier]) >= cap;
+}
+
+/*
  * prism_choose() on the full view of the tiers: false if nothing may be
  * dispatched now, after arranging for the queue to run again (a window,
  * depth, flow or rate hold). The tiers that had requests to offer go to
@@ -1689,6 +1740,7 @@ prism_choose_viewed(struct prism_data *pd, struct blk_mq_hw_ctx *hctx,
 		prism_tier_view(pd, t, &view[t]);
 		view[t].batch_left = 0;
 		view[t].flow_waits = false;
+		view[t].fair_cap = prism_tier_fair_cap(pd, tun, t, depth);
 		if (!tq_queued(&pd->tier[t]))
 			continue;
 		rate = prism_tier_rate(pd, tun, t);
@@ -1777,6 +1829,7 @@ static struct request *prism_dispatch_request(struct blk_mq_hw_ctx *hctx)
 	for (t = 0; t < PRISM_NR_TIERS && !tq_queued(&pd->tier[t]); t++)
 		;
 	if (t < PRISM_NR_TIERS && !pd->idle_since && !tun->rate_kbps[t] &&
+	    !prism_fair_full(pd, tun, t, depth) &&
 	    prism_tier_alone(pd, tun, q, t)) {
 		u32 left = 0;
 
@@ -2408,6 +2461,7 @@ enum prism_attr_id {
 	PRISM_ATTR_SYNC_WRITE_EXPIRE,
 	PRISM_ATTR_QUANTUM_US,
 	PRISM_ATTR_FLOW_DEPTH,
+	PRISM_ATTR_FAIR_DEPTH,
 	PRISM_ATTR_COST_RKBPS,
 	PRISM_ATTR_COST_RSEQIOPS,
 	PRISM_ATTR_COST_RRANDIOPS,
@@ -2453,6 +2507,7 @@ static const struct prism_attr_range prism_attr_ranges[] = {
 	/* A turn of 10 us to 1 s; cost coefficients 0 (default) or more. */
 	[PRISM_ATTR_QUANTUM_US]		= { 10, USEC_PER_SEC },
 	[PRISM_ATTR_FLOW_DEPTH]		= { 1, 100 },
+	[PRISM_ATTR_FAIR_DEPTH]		= { 0, 65536 },
 	[PRISM_ATTR_COST_RKBPS]		= { 0, INT_MAX },
 	[PRISM_ATTR_COST_RSEQIOPS]	= { 0, 10000000 },
 	[PRISM_ATTR_COST_RRANDIOPS]	= { 0, 10000000 },
@@ -2534,6 +2589,8 @@ static int prism_attr_get(struct prism_data *pd, const struct prism_tunables *t,
 		return div_u64(t->quantum, NSEC_PER_USEC);
 	case PRISM_ATTR_FLOW_DEPTH:
 		return t->flow_depth;
+	case PRISM_ATTR_FAIR_DEPTH:
+		return t->fair_depth;
 	case PRISM_ATTR_COST_RKBPS:
 		return div_u64(t->cost.bps[PRISM_READ], 1024);
 	case PRISM_ATTR_COST_RSEQIOPS:
@@ -2649,6 +2706,9 @@ static ssize_t prism_attr_store(struct elevator_queue *e, const char *page,
 		case PRISM_ATTR_FLOW_DEPTH:
 			t.flow_depth = val;
 			break;
+		case PRISM_ATTR_FAIR_DEPTH:
+			t.fair_depth = val;
+			break;
 		case PRISM_ATTR_COST_RKBPS:
 			t.cost.bps[PRISM_READ] = (u64)val * 1024;
 			break;
@@ -2738,6 +2798,7 @@ PRISM_ATTR(target_latency_us, PRISM_ATTR_TARGET_LATENCY_US)
 PRISM_ATTR(sync_write_expire, PRISM_ATTR_SYNC_WRITE_EXPIRE)
 PRISM_ATTR(quantum_us, PRISM_ATTR_QUANTUM_US)
 PRISM_ATTR(flow_depth, PRISM_ATTR_FLOW_DEPTH)
+PRISM_ATTR(fair_depth, PRISM_ATTR_FAIR_DEPTH)
 PRISM_ATTR(cost_rkbps, PRISM_ATTR_COST_RKBPS)
 PRISM_ATTR(cost_rseqiops, PRISM_ATTR_COST_RSEQIOPS)
 PRISM_ATTR(cost_rrandiops, PRISM_ATTR_COST_RRANDIOPS)
@@ -2772,6 +2833,7 @@ static struct elv_fs_entry prism_attrs[] = {
 	PRISM_ATTR_ENTRY(sync_write_expire),
 	PRISM_ATTR_ENTRY(quantum_us),
 	PRISM_ATTR_ENTRY(flow_depth),
+	PRISM_ATTR_ENTRY(fair_depth),
 	PRISM_ATTR_ENTRY(cost_rkbps),
 	PRISM_ATTR_ENTRY(cost_rseqiops),
 	PRISM_ATTR_ENTRY(cost_rrandiops),
@@ -2967,7 +3029,8 @@ static int prism_flight_show(void *data, struct seq_file *m)
 	u64 inflight[PRISM_NR_TIERS], think[PRISM_NR_TIERS];
 	u32 samples[PRISM_NR_TIERS];
 	struct prism_depth_ctl d;
-	u64 window, target, held_window, held_depth, held_flow, flow_window;
+	u64 window, target, held_window, held_depth, held_flow, held_fair;
+	u64 flow_window;
 	int t;
 
 	spin_lock(&pd->lock);
@@ -2982,6 +3045,7 @@ static int prism_flight_show(void *data, struct seq_file *m)
 	held_window = pd->held_window;
 	held_depth = pd->held_depth;
 	held_flow = pd->held_flow;
+	held_fair = pd->held_fair;
 	flow_window = prism_flow_window(&d, prism_tun(pd), !blk_queue_nonrot(q));
 	spin_unlock(&pd->lock);
 
@@ -2990,7 +3054,7 @@ static int prism_flight_show(void *data, struct seq_file *m)
 		seq_printf(m, "%s %llu %llu %u\n", prism_tier_name[t],
 			   inflight[t], div_u64(think[t], NSEC_PER_USEC),
 			   samples[t]);
-	seq_printf(m, "device_depth=%u lower_limit=%u window_us=%llu target_us=%llu bulk_us=%llu bulk_samples=%u solo_us=%llu solo_samples=%u floor_us=%llu floor_samples=%u lat_us=%llu cuts=%llu held_window=%llu held_depth=%llu window_runs=%lld flow_window_us=%llu held_flow=%llu\n",
+	seq_printf(m, "device_depth=%u lower_limit=%u window_us=%llu target_us=%llu bulk_us=%llu bulk_samples=%u solo_us=%llu solo_samples=%u floor_us=%llu floor_samples=%u lat_us=%llu cuts=%llu held_window=%llu held_depth=%llu window_runs=%lld flow_window_us=%llu held_flow=%llu held_fair=%llu\n",
 		   prism_device_depth(q), d.limit,
 		   div_u64(window, NSEC_PER_USEC),
 		   div_u64(target, NSEC_PER_USEC),
@@ -2999,7 +3063,7 @@ static int prism_flight_show(void *data, struct seq_file *m)
 		   div_u64(d.floor, NSEC_PER_USEC), d.floor_samples,
 		   div_u64(d.lat, NSEC_PER_USEC), d.cuts, held_window,
 		   held_depth, atomic64_read(&pd->window_runs),
-		   div_u64(flow_window, NSEC_PER_USEC), held_flow);
+		   div_u64(flow_window, NSEC_PER_USEC), held_flow, held_fair);
 	return 0;
 }
 

@@ -46,6 +46,7 @@ TUNABLES = {
     "target_latency_us": (0, 5000, 0, 10000000),
     "quantum_us": (16000, 8000, 10, 1000000),
     "flow_depth": (50, 75, 1, 100),
+    "fair_depth": (8, 16, 0, 65536),
     "cost_rkbps": (0, 100000, 0, 2**31 - 1),
     "cost_rseqiops": (0, 3000, 0, 10000000),
     "cost_rrandiops": (0, 200, 0, 10000000),
@@ -540,6 +541,45 @@ def check_flow_idle_queueing(ctx) -> dict:
         cfg.rmdir()
     ok = (runs["random_equal"]["held_flow"] == 0 and runs["sequential_equal"]["held_flow"] > 0
           and runs["random_weighted"]["held_flow"] > 0
+          and all(r["balanced"] and min(r["ios"]) > 0 for r in runs.values()))
+    return {"ok": ok, "runs": runs}
+
+
+def check_fair_depth(ctx) -> dict:
+    """Shares by weight on a deep queue (a null_blk taking 32 commands of
+    4 ms, flash): two processes in one tier (every BE level in NORMAL) at
+    BE 0 and BE 7 (weights 80 and 10), 4 KiB random reads at iodepth 16
+    each, 4 s each way. With fair_depth 0 all 32 requests sit in the
+    device, which serves them alike: about equal I/Os. With the cap
+    (16 x 90 / 160 = 9 in flight) the rest wait in prism, whose fair queue
+    hands out the free slots: BE 0 gets at least 3x BE 7's I/Os, the holds
+    show in prism's counters, and the books balance after each run."""
+    dev = g.nullb_configfs("deep", depth=32, completion_us=4000, size_mb=2048,
+                           memory_backed=False)
+    runs = {}
+    try:
+        for name, fair_depth in (("uncapped", 0), ("capped", TUNABLES["fair_depth"][0])):
+            g.set_scheduler(dev, "none")
+            g.set_scheduler(dev, "prism", {"be_high_max": -1, "be_low_min": 8,
+                                           "fair_depth": fair_depth})
+            args = ["--direct=1", "--ioengine=libaio", "--runtime=4", "--time_based=1",
+                    "--exitall", "--group_reporting=0", f"--filename=/dev/{dev}",
+                    "--rw=randread", "--bs=4k", "--iodepth=16", "--randrepeat=0"]
+            for i, level in enumerate((0, 7)):
+                args += [f"--name=r{i}", "--prioclass=2", f"--prio={level}",
+                         f"--offset={i}G", "--size=1G"]
+            out = g.fio(args=args, timeout=120)
+            ios = [job(out, f"r{i}")["ios"] for i in range(2)]
+            runs[name] = {"ios": ios, "ratio": round(ios[0] / max(ios[1], 1), 2),
+                          "held_fair": g.prism_flight(dev)["held_fair"],
+                          "balanced": conservation(dev)["balanced"]}
+        g.set_scheduler(dev, "none")
+    finally:
+        cfg = g.CONFIGFS / "nullb" / "deep"
+        (cfg / "power").write_text("0\n")
+        cfg.rmdir()
+    ok = (runs["capped"]["ratio"] >= 3 and runs["uncapped"]["ratio"] <= 1.5
+          and runs["capped"]["held_fair"] > 0 and runs["uncapped"]["held_fair"] == 0
           and all(r["balanced"] and min(r["ios"]) > 0 for r in runs.values()))
     return {"ok": ok, "runs": runs}
 
@@ -1460,6 +1500,7 @@ CHECKS = [
     ("anticipation_hdd", check_anticipation_hdd),
     ("flow_idle_hdd", check_flow_idle_hdd),
     ("flow_idle_queueing", check_flow_idle_queueing),
+    ("fair_depth", check_fair_depth),
     ("cost_learn_hdd", check_cost_learn_hdd),
     ("switch_under_load", check_switch_under_load),
     ("switch_under_load_nvme", lambda ctx: check_switch_under_load(ctx, "nvme")),
@@ -1490,7 +1531,7 @@ CHECKS = [
 # requeue, discard, flush routing, tag depths, removal) runs on every kernel.
 SAME_ON_EVERY_KERNEL = ["drive_hdd", "cost_learn_hdd", "priority_latency_nvme",
                         "priority_latency", "share", "flows_greedy",
-                        "flow_shares", "flow_idle_hdd", "flow_idle_queueing", "aging",
+                        "flow_shares", "flow_idle_hdd", "flow_idle_queueing", "fair_depth", "aging",
                         "share_sweep"]
 
 
