@@ -346,6 +346,8 @@ struct prism_data {
 	 * reads it locklessly, for whether it is set.
 	 */
 	u64 flow_window;
+	/* jiffies flows of unequal weights were last backlogged together */
+	unsigned long weights_seen;
 
 	/*
 	 * Tunables: replaced whole under lock (prism_attr_store), read under
@@ -1619,8 +1621,8 @@ static struct prism_flow *prism_flow_waited(struct prism_data *pd,
 	fl = &pd->flows[pd->batch.flow];
 	if (!fl->key || fl->tier != pd->batch.tier || fl->fq.backlogged ||
 	    (throttled & BIT(fl->tier)) || !prism_flow_can_allocate(pd, fl) ||
-	    !prism_flow_idle_pays(depth, &fl->stream, &pd->tier[fl->tier].fq,
-				  &fl->fq))
+	    !prism_flow_idle_pays(depth, !blk_queue_nonrot(pd->q), &fl->stream,
+				  &pd->tier[fl->tier].fq, &fl->fq))
 		return NULL;
 	if (!*now)
 		*now = ktime_get_ns();
@@ -1800,7 +1802,14 @@ static struct request *prism_dispatch_request(struct blk_mq_hw_ctx *hctx)
 
 	prism_update_order(pd, q);
 	tun = prism_tun(pd);
-	flow_window = prism_flow_window(&pd->depth, tun, !blk_queue_nonrot(q));
+	for (t = 0; t < PRISM_NR_TIERS; t++)
+		if (pd->tier[t].fq.nr >= 2 &&
+		    prism_fq_asymmetric(&pd->tier[t].fq))
+			pd->weights_seen = jiffies;
+	flow_window = prism_flow_window(&pd->depth, tun, !blk_queue_nonrot(q),
+					prism_weights_differed(jiffies,
+							       pd->weights_seen,
+							       HZ));
 	/* Stored only when it changes: completions read its cache line. */
 	if (flow_window != pd->flow_window)
 		WRITE_ONCE(pd->flow_window, flow_window);
@@ -3046,7 +3055,10 @@ static int prism_flight_show(void *data, struct seq_file *m)
 	held_depth = pd->held_depth;
 	held_flow = pd->held_flow;
 	held_fair = pd->held_fair;
-	flow_window = prism_flow_window(&d, prism_tun(pd), !blk_queue_nonrot(q));
+	flow_window = prism_flow_window(&d, prism_tun(pd), !blk_queue_nonrot(q),
+					prism_weights_differed(jiffies,
+							       pd->weights_seen,
+							       HZ));
 	spin_unlock(&pd->lock);
 
 	seq_puts(m, "tier inflight think_us think_samples\n");

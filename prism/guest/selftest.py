@@ -46,7 +46,7 @@ TUNABLES = {
     "target_latency_us": (0, 5000, 0, 10000000),
     "quantum_us": (16000, 8000, 10, 1000000),
     "flow_depth": (50, 75, 1, 100),
-    "fair_depth": (8, 16, 0, 65536),
+    "fair_depth": (0, 8, 0, 65536),
     "cost_rkbps": (0, 100000, 0, 2**31 - 1),
     "cost_rseqiops": (0, 3000, 0, 10000000),
     "cost_rrandiops": (0, 200, 0, 10000000),
@@ -546,11 +546,12 @@ def check_flow_idle_queueing(ctx) -> dict:
 
 
 def check_fair_depth(ctx) -> dict:
-    """Shares by weight on a deep queue (a null_blk taking 32 commands of
-    4 ms, flash): two processes in one tier (every BE level in NORMAL) at
-    BE 0 and BE 7 (weights 80 and 10), 4 KiB random reads at iodepth 16
-    each, 4 s each way. With fair_depth 0 all 32 requests sit in the
-    device, which serves them alike: about equal I/Os. With the cap
+    """Shares by weight on a deep queue by the fair cap alone (idling for
+    flows off: flow_idle_us=0; a null_blk taking 32 commands of 4 ms,
+    flash): two processes in one tier (every BE level in NORMAL) at BE 0
+    and BE 7 (weights 80 and 10), 4 KiB random reads at iodepth 16 each,
+    4 s each way. With fair_depth 0 all 32 requests sit in the device,
+    which serves them alike: about equal I/Os. With fair_depth 8, the cap
     (16 x 90 / 160 = 9 in flight) the rest wait in prism, whose fair queue
     hands out the free slots: BE 0 gets at least 3x BE 7's I/Os, the holds
     show in prism's counters, and the books balance after each run."""
@@ -558,10 +559,10 @@ def check_fair_depth(ctx) -> dict:
                            memory_backed=False)
     runs = {}
     try:
-        for name, fair_depth in (("uncapped", 0), ("capped", TUNABLES["fair_depth"][0])):
+        for name, fair_depth in (("uncapped", 0), ("capped", 8)):
             g.set_scheduler(dev, "none")
             g.set_scheduler(dev, "prism", {"be_high_max": -1, "be_low_min": 8,
-                                           "fair_depth": fair_depth})
+                                           "fair_depth": fair_depth, "flow_idle_us": 0})
             args = ["--direct=1", "--ioengine=libaio", "--runtime=4", "--time_based=1",
                     "--exitall", "--group_reporting=0", f"--filename=/dev/{dev}",
                     "--rw=randread", "--bs=4k", "--iodepth=16", "--randrepeat=0"]
@@ -580,6 +581,49 @@ def check_fair_depth(ctx) -> dict:
         cfg.rmdir()
     ok = (runs["capped"]["ratio"] >= 3 and runs["uncapped"]["ratio"] <= 1.5
           and runs["capped"]["held_fair"] > 0 and runs["uncapped"]["held_fair"] == 0
+          and all(r["balanced"] and min(r["ios"]) > 0 for r in runs.values()))
+    return {"ok": ok, "runs": runs}
+
+
+def check_flow_idle_flash(ctx) -> dict:
+    """Idling for flows on flash only while weights differ (a null_blk
+    taking 32 commands of 4 ms, not rotational): two processes reading at
+    iodepth 1 in one tier (every BE level in NORMAL), 4 s each way. At
+    one weight (BE 4 and 4) prism never waits for either (no hold for a
+    flow, the window shown as 0); at BE 0 and 7 it waits for the heavier
+    one's next request, which gets at least 3x the other's I/Os, against
+    about equal I/Os with flow_idle_us=0 (each has its one request in the
+    device at a time, which serves them in parallel). Books balance."""
+    dev = g.nullb_configfs("flash", depth=32, completion_us=4000, size_mb=2048,
+                           memory_backed=False)
+    runs = {}
+    try:
+        for name, levels, idle in (("equal", (4, 4), -1), ("weighted", (0, 7), -1),
+                                   ("weighted_no_idle", (0, 7), 0)):
+            g.set_scheduler(dev, "none")
+            g.set_scheduler(dev, "prism", {"be_high_max": -1, "be_low_min": 8,
+                                           "flow_idle_us": idle})
+            args = ["--direct=1", "--ioengine=libaio", "--runtime=4", "--time_based=1",
+                    "--exitall", "--group_reporting=0", f"--filename=/dev/{dev}",
+                    "--rw=randread", "--bs=4k", "--iodepth=1", "--randrepeat=0"]
+            for i, level in enumerate(levels):
+                args += [f"--name=r{i}", "--prioclass=2", f"--prio={level}",
+                         f"--offset={i}G", "--size=1G"]
+            out = g.fio(args=args, timeout=120)
+            ios = [job(out, f"r{i}")["ios"] for i in range(2)]
+            flight = g.prism_flight(dev)
+            runs[name] = {"ios": ios, "ratio": round(ios[0] / max(ios[1], 1), 2),
+                          "held_flow": flight["held_flow"],
+                          "flow_window_us": flight["flow_window_us"],
+                          "balanced": conservation(dev)["balanced"]}
+        g.set_scheduler(dev, "none")
+    finally:
+        cfg = g.CONFIGFS / "nullb" / "flash"
+        (cfg / "power").write_text("0\n")
+        cfg.rmdir()
+    ok = (runs["equal"]["held_flow"] == 0 and runs["equal"]["flow_window_us"] == 0
+          and runs["weighted"]["held_flow"] > 0 and runs["weighted"]["ratio"] >= 3
+          and runs["weighted_no_idle"]["ratio"] <= 1.5
           and all(r["balanced"] and min(r["ios"]) > 0 for r in runs.values()))
     return {"ok": ok, "runs": runs}
 
@@ -1501,6 +1545,7 @@ CHECKS = [
     ("flow_idle_hdd", check_flow_idle_hdd),
     ("flow_idle_queueing", check_flow_idle_queueing),
     ("fair_depth", check_fair_depth),
+    ("flow_idle_flash", check_flow_idle_flash),
     ("cost_learn_hdd", check_cost_learn_hdd),
     ("switch_under_load", check_switch_under_load),
     ("switch_under_load_nvme", lambda ctx: check_switch_under_load(ctx, "nvme")),
@@ -1531,8 +1576,8 @@ CHECKS = [
 # requeue, discard, flush routing, tag depths, removal) runs on every kernel.
 SAME_ON_EVERY_KERNEL = ["drive_hdd", "cost_learn_hdd", "priority_latency_nvme",
                         "priority_latency", "share", "flows_greedy",
-                        "flow_shares", "flow_idle_hdd", "flow_idle_queueing", "fair_depth", "aging",
-                        "share_sweep"]
+                        "flow_shares", "flow_idle_hdd", "flow_idle_queueing", "fair_depth",
+                        "flow_idle_flash", "aging", "share_sweep"]
 
 
 def setup() -> dict:

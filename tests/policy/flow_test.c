@@ -867,19 +867,25 @@ TEST(flow_idle_pays_by_device)
 	fq.nr = 2;
 	fq.wsum = 80;
 	/* One command at a time: always worth a wait. */
-	CHECK(prism_flow_idle_pays(1, &random, &fq, &f));
-	CHECK(prism_flow_idle_pays(1, &stream, &fq, &f));
+	CHECK(prism_flow_idle_pays(1, true, &random, &fq, &f));
+	CHECK(prism_flow_idle_pays(1, true, &stream, &fq, &f));
 	/* A queueing device: a stream yes, a random flow among equals no. */
-	CHECK(prism_flow_idle_pays(32, &stream, &fq, &f));
-	CHECK(!prism_flow_idle_pays(32, &random, &fq, &f));
+	CHECK(prism_flow_idle_pays(32, true, &stream, &fq, &f));
+	CHECK(!prism_flow_idle_pays(32, true, &random, &fq, &f));
+	/* Flash: among equals no wait pays, stream or not, deep or not. */
+	CHECK(!prism_flow_idle_pays(32, false, &stream, &fq, &f));
+	CHECK(!prism_flow_idle_pays(1, false, &stream, &fq, &f));
+	CHECK(!prism_flow_idle_pays(32, false, &random, &fq, &f));
 	/* Nobody else backlogged: nothing to keep a ratio against. */
 	fq.nr = 0;
 	fq.wsum = 0;
-	CHECK(!prism_flow_idle_pays(32, &random, &fq, &f));
+	CHECK(!prism_flow_idle_pays(32, true, &random, &fq, &f));
 	/* Another weight backlogged: only the wait keeps the ratio. */
 	fq.nr = 2;
 	fq.wsum = 40 + 10;
-	CHECK(prism_flow_idle_pays(32, &random, &fq, &f));
+	CHECK(prism_flow_idle_pays(32, true, &random, &fq, &f));
+	CHECK(prism_flow_idle_pays(32, false, &random, &fq, &f));
+	CHECK(prism_flow_idle_pays(32, false, &stream, &fq, &f));
 }
 
 TEST(flow_window_auto_by_media)
@@ -888,15 +894,30 @@ TEST(flow_window_auto_by_media)
 	struct prism_depth_ctl d;
 
 	prism_depth_init(&d, 1);
-	CHECK_EQ(prism_flow_window(&d, &t, true), prism_window(&d, &t, true));
-	CHECK_EQ(prism_flow_window(&d, &t, false), 0);
+	CHECK_EQ(prism_flow_window(&d, &t, true, false),
+		 prism_window(&d, &t, true));
+	CHECK_EQ(prism_flow_window(&d, &t, false, false), 0);
+	/* Flash idles only while weights differ. */
+	CHECK_EQ(prism_flow_window(&d, &t, false, true),
+		 prism_window(&d, &t, false));
+	CHECK(prism_window(&d, &t, false) > 0);
 	t.flow_idle = 2000000;
-	CHECK_EQ(prism_flow_window(&d, &t, false), 2000000);
+	CHECK_EQ(prism_flow_window(&d, &t, false, false), 2000000);
 	t.flow_idle = 0;
-	CHECK_EQ(prism_flow_window(&d, &t, true), 0);
+	CHECK_EQ(prism_flow_window(&d, &t, true, true), 0);
 	t.flow_idle = -2;
 	CHECK(!prism_tunables_valid(&t));
 }
+
+TEST(weights_differed_within_a_second)
+{
+	CHECK(!prism_weights_differed(1000, 0, 250));	/* never */
+	CHECK(prism_weights_differed(1000, 1000, 250));
+	CHECK(prism_weights_differed(1249, 1000, 250));
+	CHECK(!prism_weights_differed(1250, 1000, 250));
+	CHECK(prism_weights_differed(100, (unsigned long)-100, 250));
+}
+
 
 TEST(fq_idle_time_is_the_flows)
 {
@@ -1284,6 +1305,9 @@ TEST(fair_cap_only_for_unequal_weights_on_a_deep_device)
 	struct prism_fq fq = { 0 };
 	struct prism_fq_flow a = { 0 }, b = { 0 };
 
+	CHECK_EQ(t.fair_depth, 0);	/* off by default */
+	t.fair_depth = 8;
+
 	prism_fq_activate(&fq, &a, 80);
 	CHECK(!prism_fair_applies(&fq, 64, &t));	/* one flow */
 	prism_fq_activate(&fq, &b, 80);
@@ -1309,6 +1333,7 @@ TEST(fair_cap_from_what_the_flows_own)
 	struct prism_fq_flow a = { 0 }, b = { 0 };
 	u32 cap;
 
+	t.fair_depth = 8;
 	prism_fq_activate(&fq, &a, 80);
 	prism_fq_activate(&fq, &b, 10);
 	/* 32 each: the heavy flow's 16 in flight are 80/90 of 18. */
