@@ -66,10 +66,7 @@ class Device:
         if self.profile in NULLB_PROFILES:
             # A fresh null_blk per run: nothing left over from the last one.
             spec = NULLB_PROFILES[self.profile]
-            cfg = g.CONFIGFS / "nullb" / "bench"
-            if cfg.exists():
-                (cfg / "power").write_text("0\n")
-                cfg.rmdir()
+            g.nullb_configfs_remove("bench")
             self.name = g.nullb_configfs(
                 "bench", depth=spec["depth"], completion_us=spec["completion_us"],
                 size_mb=NULLB_SIZE_MB, memory_backed=keep_data)

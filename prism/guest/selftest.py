@@ -17,6 +17,7 @@ import subprocess
 import threading
 import time
 import traceback
+from collections.abc import Sequence
 from pathlib import Path
 
 from ..common import stats
@@ -504,6 +505,26 @@ def check_flow_idle_hdd(ctx) -> dict:
             "runs": runs}
 
 
+def run_two_readers(dev: str, tunables: dict | None, levels: Sequence[int],
+                    job_args: list[str], runtime: int,
+                    exitall: bool = True) -> tuple[list[int], dict, bool]:
+    """On a fresh prism instance (@tunables set), two fio readers at BE
+    @levels, 1 GiB apart, each with @job_args, for @runtime seconds: each
+    one's I/Os, prism's in-flight counters (debugfs flight), and whether
+    its books balance afterwards."""
+    g.set_scheduler(dev, "none")
+    g.set_scheduler(dev, "prism", tunables)
+    args = ["--direct=1", "--ioengine=libaio", f"--runtime={runtime}", "--time_based=1",
+            *(["--exitall"] if exitall else []), "--group_reporting=0",
+            f"--filename=/dev/{dev}"]
+    for i, level in enumerate(levels):
+        args += [f"--name=r{i}", *job_args, "--prioclass=2", f"--prio={level}",
+                 f"--offset={i}G", "--size=1G"]
+    out = g.fio(args=args, timeout=120)
+    ios = [job(out, f"r{i}")["ios"] for i in range(len(levels))]
+    return ios, g.prism_flight(dev), conservation(dev)["balanced"]
+
+
 def check_flow_idle_queueing(ctx) -> dict:
     """Idling for flows on a queueing disk (a null_blk taking 8 commands
     of 2 ms, flagged rotational, as a disk with NCQ): two processes
@@ -514,31 +535,18 @@ def check_flow_idle_queueing(ctx) -> dict:
     both in the default NORMAL tier: only the wait keeps their ratio).
     prism's holds for a flow, counted per run; the books balance after
     each."""
-    dev = g.nullb_configfs("ncq", depth=8, completion_us=2000, size_mb=2048,
-                           memory_backed=False)
     runs = {}
-    try:
+    with g.temporary_nullb("ncq", depth=8, completion_us=2000, size_mb=2048,
+                           memory_backed=False) as dev:
         g.write_queue(dev, "rotational", 1)
         for name, rw, levels in (("random_equal", "randread", (4, 4)),
                                  ("sequential_equal", "read", (4, 4)),
                                  ("random_weighted", "randread", (3, 5))):
-            g.set_scheduler(dev, "none")
-            g.set_scheduler(dev, "prism")
-            args = ["--direct=1", "--ioengine=libaio", "--runtime=3", "--time_based=1",
-                    "--group_reporting=0", f"--filename=/dev/{dev}"]
-            for i, level in enumerate(levels):
-                args += [f"--name=r{i}", f"--rw={rw}", "--bs=4k", "--iodepth=1",
-                         "--prioclass=2", f"--prio={level}", f"--offset={i}G",
-                         "--size=1G"]
-            out = g.fio(args=args, timeout=120)
-            runs[name] = {"held_flow": g.prism_flight(dev)["held_flow"],
-                          "ios": [job(out, f"r{i}")["ios"] for i in range(2)],
-                          "balanced": conservation(dev)["balanced"]}
+            ios, flight, balanced = run_two_readers(
+                dev, None, levels, [f"--rw={rw}", "--bs=4k", "--iodepth=1"], 3,
+                exitall=False)
+            runs[name] = {"held_flow": flight["held_flow"], "ios": ios, "balanced": balanced}
         g.set_scheduler(dev, "none")
-    finally:
-        cfg = g.CONFIGFS / "nullb" / "ncq"
-        (cfg / "power").write_text("0\n")
-        cfg.rmdir()
     ok = (runs["random_equal"]["held_flow"] == 0 and runs["sequential_equal"]["held_flow"] > 0
           and runs["random_weighted"]["held_flow"] > 0
           and all(r["balanced"] and min(r["ios"]) > 0 for r in runs.values()))
@@ -555,30 +563,17 @@ def check_fair_depth(ctx) -> dict:
     (16 x 90 / 160 = 9 in flight) the rest wait in prism, whose fair queue
     hands out the free slots: BE 0 gets at least 3x BE 7's I/Os, the holds
     show in prism's counters, and the books balance after each run."""
-    dev = g.nullb_configfs("deep", depth=32, completion_us=4000, size_mb=2048,
-                           memory_backed=False)
     runs = {}
-    try:
+    with g.temporary_nullb("deep", depth=32, completion_us=4000, size_mb=2048,
+                           memory_backed=False) as dev:
         for name, fair_depth in (("uncapped", 0), ("capped", 8)):
-            g.set_scheduler(dev, "none")
-            g.set_scheduler(dev, "prism", {"be_high_max": -1, "be_low_min": 8,
-                                           "fair_depth": fair_depth, "flow_idle_us": 0})
-            args = ["--direct=1", "--ioengine=libaio", "--runtime=4", "--time_based=1",
-                    "--exitall", "--group_reporting=0", f"--filename=/dev/{dev}",
-                    "--rw=randread", "--bs=4k", "--iodepth=16", "--randrepeat=0"]
-            for i, level in enumerate((0, 7)):
-                args += [f"--name=r{i}", "--prioclass=2", f"--prio={level}",
-                         f"--offset={i}G", "--size=1G"]
-            out = g.fio(args=args, timeout=120)
-            ios = [job(out, f"r{i}")["ios"] for i in range(2)]
+            ios, flight, balanced = run_two_readers(
+                dev, {"be_high_max": -1, "be_low_min": 8, "fair_depth": fair_depth,
+                      "flow_idle_us": 0}, (0, 7),
+                ["--rw=randread", "--bs=4k", "--iodepth=16", "--randrepeat=0"], 4)
             runs[name] = {"ios": ios, "ratio": round(ios[0] / max(ios[1], 1), 2),
-                          "held_fair": g.prism_flight(dev)["held_fair"],
-                          "balanced": conservation(dev)["balanced"]}
+                          "held_fair": flight["held_fair"], "balanced": balanced}
         g.set_scheduler(dev, "none")
-    finally:
-        cfg = g.CONFIGFS / "nullb" / "deep"
-        (cfg / "power").write_text("0\n")
-        cfg.rmdir()
     ok = (runs["capped"]["ratio"] >= 3 and runs["uncapped"]["ratio"] <= 1.5
           and runs["capped"]["held_fair"] > 0 and runs["uncapped"]["held_fair"] == 0
           and all(r["balanced"] and min(r["ios"]) > 0 for r in runs.values()))
@@ -594,33 +589,19 @@ def check_flow_idle_flash(ctx) -> dict:
     one's next request, which gets at least 3x the other's I/Os, against
     about equal I/Os with flow_idle_us=0 (each has its one request in the
     device at a time, which serves them in parallel). Books balance."""
-    dev = g.nullb_configfs("flash", depth=32, completion_us=4000, size_mb=2048,
-                           memory_backed=False)
     runs = {}
-    try:
+    with g.temporary_nullb("flash", depth=32, completion_us=4000, size_mb=2048,
+                           memory_backed=False) as dev:
         for name, levels, idle in (("equal", (4, 4), -1), ("weighted", (0, 7), -1),
                                    ("weighted_no_idle", (0, 7), 0)):
-            g.set_scheduler(dev, "none")
-            g.set_scheduler(dev, "prism", {"be_high_max": -1, "be_low_min": 8,
-                                           "flow_idle_us": idle})
-            args = ["--direct=1", "--ioengine=libaio", "--runtime=4", "--time_based=1",
-                    "--exitall", "--group_reporting=0", f"--filename=/dev/{dev}",
-                    "--rw=randread", "--bs=4k", "--iodepth=1", "--randrepeat=0"]
-            for i, level in enumerate(levels):
-                args += [f"--name=r{i}", "--prioclass=2", f"--prio={level}",
-                         f"--offset={i}G", "--size=1G"]
-            out = g.fio(args=args, timeout=120)
-            ios = [job(out, f"r{i}")["ios"] for i in range(2)]
-            flight = g.prism_flight(dev)
+            ios, flight, balanced = run_two_readers(
+                dev, {"be_high_max": -1, "be_low_min": 8, "flow_idle_us": idle}, levels,
+                ["--rw=randread", "--bs=4k", "--iodepth=1", "--randrepeat=0"], 4)
             runs[name] = {"ios": ios, "ratio": round(ios[0] / max(ios[1], 1), 2),
                           "held_flow": flight["held_flow"],
                           "flow_window_us": flight["flow_window_us"],
-                          "balanced": conservation(dev)["balanced"]}
+                          "balanced": balanced}
         g.set_scheduler(dev, "none")
-    finally:
-        cfg = g.CONFIGFS / "nullb" / "flash"
-        (cfg / "power").write_text("0\n")
-        cfg.rmdir()
     ok = (runs["equal"]["held_flow"] == 0 and runs["equal"]["flow_window_us"] == 0
           and runs["weighted"]["held_flow"] > 0 and runs["weighted"]["ratio"] >= 3
           and runs["weighted_no_idle"]["ratio"] <= 1.5

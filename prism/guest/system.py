@@ -4,11 +4,12 @@ schedulers, running fio and reading prism's debugfs counters."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 SYS_BLOCK = Path("/sys/block")
@@ -99,6 +100,25 @@ def nullb_configfs(name: str, *, depth: int = 4, completion_us: int = 500,
                 return dev
         time.sleep(0.1)
     raise RuntimeError(f"configfs null_blk {name} appeared as none of {candidates}")
+
+
+def nullb_configfs_remove(name: str) -> None:
+    """Power off and remove the configfs null_blk device @name, if there."""
+    d = CONFIGFS / "nullb" / name
+    if d.exists():
+        (d / "power").write_text("0\n")
+        d.rmdir()
+
+
+@contextlib.contextmanager
+def temporary_nullb(name: str, **settings) -> Iterator[str]:
+    """A configfs null_blk device (see nullb_configfs()) for the length of
+    a with block, removed after it however it ends."""
+    dev = nullb_configfs(name, **settings)
+    try:
+        yield dev
+    finally:
+        nullb_configfs_remove(name)
 
 
 def disk_by_serial(serial: str) -> str:
