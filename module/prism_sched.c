@@ -1236,6 +1236,18 @@ static bool prism_want_time(struct prism_data *pd, struct prism_tier_queue *tq,
 	       !(tq->dispatched & 63);
 }
 
+/*
+ * The flow window now (prism_flow_window()), from the tunables, the media
+ * and whether weights differed lately. Under the lock.
+ */
+static u64 prism_flow_window_now(struct prism_data *pd,
+				 const struct prism_tunables *tun)
+{
+	return prism_flow_window(&pd->depth, tun, !blk_queue_nonrot(pd->q),
+				 prism_weights_differed(jiffies,
+							pd->weights_seen, HZ));
+}
+
 /* Requests the driver accepts at once, over all hardware queues. */
 static u32 prism_device_depth(struct request_queue *q)
 {
@@ -1688,11 +1700,12 @@ static u32 prism_tier_fair_cap(struct prism_data *pd,
 	u32 cap = depth;
 
 	if (!prism_fair_applies(&tq->fq, depth, tun)) {
-		if (tq->fair_cap && tun->fair_depth && tq->fair_cap < depth &&
-		    prism_fair_lingers(jiffies, tq->fair_seen, HZ))
-			return tq->fair_cap;
-		tq->fair_cap = 0;
-		return 0;
+		/* Stored only when it lapses: this runs on every dispatch. */
+		if (tq->fair_cap && !(tun->fair_depth && tq->fair_cap < depth &&
+				      prism_fair_lingers(jiffies, tq->fair_seen,
+							 HZ)))
+			tq->fair_cap = 0;
+		return tq->fair_cap;
 	}
 	list_for_each_entry(fl, &tq->active, active)
 		cap = prism_fair_fold(cap, prism_flow_owned(fl), fl->fq.weight,
@@ -1806,10 +1819,7 @@ static struct request *prism_dispatch_request(struct blk_mq_hw_ctx *hctx)
 		if (pd->tier[t].fq.nr >= 2 &&
 		    prism_fq_asymmetric(&pd->tier[t].fq))
 			pd->weights_seen = jiffies;
-	flow_window = prism_flow_window(&pd->depth, tun, !blk_queue_nonrot(q),
-					prism_weights_differed(jiffies,
-							       pd->weights_seen,
-							       HZ));
+	flow_window = prism_flow_window_now(pd, tun);
 	/* Stored only when it changes: completions read its cache line. */
 	if (flow_window != pd->flow_window)
 		WRITE_ONCE(pd->flow_window, flow_window);
@@ -3055,10 +3065,7 @@ static int prism_flight_show(void *data, struct seq_file *m)
 	held_depth = pd->held_depth;
 	held_flow = pd->held_flow;
 	held_fair = pd->held_fair;
-	flow_window = prism_flow_window(&d, prism_tun(pd), !blk_queue_nonrot(q),
-					prism_weights_differed(jiffies,
-							       pd->weights_seen,
-							       HZ));
+	flow_window = prism_flow_window_now(pd, prism_tun(pd));
 	spin_unlock(&pd->lock);
 
 	seq_puts(m, "tier inflight think_us think_samples\n");
