@@ -1235,7 +1235,15 @@ def run_held(dev: str, nr: int, low: list[str], high: bool = True,
         low_cmd = ["bash", "-c", f'echo $$ > {cgroup}/cgroup.procs && exec "$@"', "--"] + low_cmd
     procs.append(subprocess.Popen(low_cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                   text=True))
-    errs = [p.communicate(timeout=120)[1] for p in procs]
+    try:
+        errs = [p.communicate(timeout=120)[1] for p in procs]
+    except subprocess.TimeoutExpired:
+        # A hung reader must not outlive the check: left running, it
+        # keeps the device busy under every check after this one.
+        for p in procs:
+            p.kill()
+            p.wait()
+        raise
     if any(p.returncode for p in procs):
         raise RuntimeError(f"fio failed: {errs}")
     tiers = g.prism_tiers(dev)
