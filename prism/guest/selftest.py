@@ -1239,10 +1239,12 @@ def run_held(dev: str, nr: int, low: list[str], high: bool = True,
         errs = [p.communicate(timeout=120)[1] for p in procs]
     except subprocess.TimeoutExpired:
         # A hung reader must not outlive the check: left running, it
-        # keeps the device busy under every check after this one.
+        # keeps the device busy under every check after this one. A reader
+        # stuck in uncompleted I/O dies only once that completes.
         for p in procs:
             p.kill()
-            p.wait()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                p.wait(timeout=10)
         raise
     if any(p.returncode for p in procs):
         raise RuntimeError(f"fio failed: {errs}")
