@@ -229,6 +229,47 @@ def prism_flight(dev: str) -> dict:
     return out
 
 
+def stall_report(dev: str, pids: Sequence[int]) -> str:
+    """What to know when I/O on @dev stopped completing, for a check's
+    error: every task in D state and the stacks of @pids and their
+    children (sysrq-w puts the blocked tasks' stacks in the kernel log),
+    blk-mq's view of each hardware queue, the kernel log's tail, and last
+    prism's own debugfs files. Those are read by a child left to itself:
+    a reader spinning on a lock that a stuck CPU holds would never
+    return, and must not take the check with it."""
+    out = []
+
+    def read(path: Path) -> str:
+        try:
+            return path.read_text()
+        except OSError as e:
+            return f"({e})"
+    tasks = [str(p) for p in pids]
+    for p in pids:
+        kids = Path(f"/proc/{p}/task/{p}/children")
+        tasks += read(kids).split() if kids.exists() else []
+    for t in tasks:
+        for stack in sorted(Path(f"/proc/{t}/task").glob("*/stack")):
+            out.append(f"== stack {stack}\n{read(stack)}")
+    out.append("== tasks in D state\n" + sh("ps -eo pid,stat,wchan:32,comm | awk '$2 ~ /D/'",
+                                            check=False).stdout)
+    for hctx in sorted((DEBUGFS / "block" / dev).glob("hctx*")):
+        for name in ("state", "dispatch", "busy", "sched_tags", "tags", "dispatched", "run"):
+            if (hctx / name).exists():
+                out.append(f"== {hctx.name}/{name}\n{read(hctx / name)}")
+    with contextlib.suppress(OSError):
+        Path("/proc/sysrq-trigger").write_text("w")
+    time.sleep(1)
+    out.append("== kernel log (tail)\n" + sh("dmesg | tail -150", check=False).stdout)
+    sched = DEBUGFS / "block" / dev / "sched"
+    dump = Path(os.environ.get("PRISM_RUNDIR", "/tmp")) / f"stall-{dev}.txt"
+    script = f'for f in {sched}/*; do echo "== $f"; cat "$f"; done > {dump}'
+    subprocess.Popen(["bash", "-c", script], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(2)
+    out.append(f"== prism debugfs ({dump})\n{read(dump)}")
+    return "\n".join(out)
+
+
 def prism_latency_path(dev: str) -> Path:
     return DEBUGFS / "block" / dev / "sched" / "latency"
 
