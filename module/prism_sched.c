@@ -205,6 +205,9 @@ struct prism_tier_queue {
 	struct prism_fq fq;
 	u32 fair_cap;		/* its last fair cap (prism_tier_fair_cap()) */
 	unsigned long fair_seen;	/* jiffies it was last computed */
+	/* The flow that last became backlogged (slot, -1: none) and its weight. */
+	int last_flow;
+	u32 last_weight;
 
 	/*
 	 * Statistics, under prism_data.lock except the atomics. inserted is
@@ -346,7 +349,10 @@ struct prism_data {
 	 * reads it locklessly, for whether it is set.
 	 */
 	u64 flow_window;
-	/* jiffies flows of unequal weights were last backlogged together */
+	/*
+	 * jiffies flows of unequal weights were last backlogged in a tier,
+	 * together or one after the other (prism_note_weight())
+	 */
 	unsigned long weights_seen;
 
 	/*
@@ -688,6 +694,25 @@ static struct request *prism_sorted_from(struct rb_root *root, sector_t pos)
 }
 
 /*
+ * Flow @slot of @weight becomes backlogged in @tq: if the flow that did
+ * so before it there weighs otherwise, weights differ in the tier (see
+ * prism_weights_differed()). Flows issuing one request at a time on a
+ * deep device are seldom backlogged at the same moment, which is what
+ * prism_dispatch_request() looks for: until it saw it (0.3 s and more on
+ * flow_idle_flash's null_blk), the flows were served alike.
+ */
+static void prism_note_weight(struct prism_data *pd,
+			      struct prism_tier_queue *tq, int slot, u32 weight)
+{
+	if (tq->last_flow == slot)
+		return;
+	if (tq->last_flow >= 0 && tq->last_weight != weight)
+		pd->weights_seen = jiffies;
+	tq->last_flow = slot;
+	tq->last_weight = weight;
+}
+
+/*
  * A flow with requests on its lists is on its tier's backlogged list; one
  * that was expected back keeps its place in the fair queue.
  */
@@ -700,6 +725,7 @@ static void prism_flow_activate(struct prism_data *pd, struct prism_flow *fl,
 	if (fl->fq.backlogged)
 		return;
 	weight = prism_rq_weight(rq);
+	prism_note_weight(pd, tq, prism_flow_slot(pd, fl), weight);
 	if (fl->returning)
 		prism_fq_return(&tq->fq, &fl->fq, weight);
 	else
@@ -2378,6 +2404,7 @@ static int prism_init_sched(struct request_queue *q, struct elevator_type *e)
 	INIT_LIST_HEAD(&pd->dispatch);
 	for (t = 0; t < PRISM_NR_TIERS; t++) {
 		INIT_LIST_HEAD(&pd->tier[t].active);
+		pd->tier[t].last_flow = -1;
 		atomic64_set(&pd->tier[t].completed, 0);
 		atomic64_set(&pd->tier[t].merged_away, 0);
 		pd->tier[t].last_done = jiffies - HZ;

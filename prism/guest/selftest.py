@@ -586,7 +586,10 @@ def check_flow_idle_flash(ctx) -> dict:
     iodepth 1 in one tier (every BE level in NORMAL), 4 s each way. At
     one weight (BE 4 and 4) prism never waits for either (no hold for a
     flow, the window shown as 0); at BE 0 and 7 it waits for the heavier
-    one's next request, which gets at least 3x the other's I/Os, against
+    one's next request, up to bfq's slice_idle (8 ms), which gets at least
+    4x the other's I/Os (weights 8 to 1, but the time it is waited for is
+    charged to it: with think times of 0.2-0.8 ms under emulation on 4 ms
+    requests, 5.2-10.6 measured over 11 runs in two boots), against
     about equal I/Os with flow_idle_us=0 (each has its one request in the
     device at a time, which serves them in parallel). Books balance."""
     runs = {}
@@ -603,7 +606,8 @@ def check_flow_idle_flash(ctx) -> dict:
                           "balanced": balanced}
         g.set_scheduler(dev, "none")
     ok = (runs["equal"]["held_flow"] == 0 and runs["equal"]["flow_window_us"] == 0
-          and runs["weighted"]["held_flow"] > 0 and runs["weighted"]["ratio"] >= 3
+          and runs["weighted"]["held_flow"] > 0 and runs["weighted"]["ratio"] >= 4
+          and runs["weighted"]["flow_window_us"] >= 8000
           and runs["weighted_no_idle"]["ratio"] <= 1.5
           and all(r["balanced"] and min(r["ios"]) > 0 for r in runs.values()))
     return {"ok": ok, "runs": runs}

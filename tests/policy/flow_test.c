@@ -897,10 +897,16 @@ TEST(flow_window_auto_by_media)
 	CHECK_EQ(prism_flow_window(&d, &t, true, false),
 		 prism_window(&d, &t, true));
 	CHECK_EQ(prism_flow_window(&d, &t, false, false), 0);
-	/* Flash idles only while weights differ. */
-	CHECK_EQ(prism_flow_window(&d, &t, false, true),
-		 prism_window(&d, &t, false));
-	CHECK(prism_window(&d, &t, false) > 0);
+	/* Flash idles only while weights differ, then bfq's slice_idle. */
+	CHECK(prism_window(&d, &t, false) < PRISM_WEIGHTS_WINDOW);
+	CHECK_EQ(prism_flow_window(&d, &t, false, true), PRISM_WEIGHTS_WINDOW);
+	/* At least that on a disk too, a longer window kept. */
+	t.anticipate = 12000000;
+	CHECK_EQ(prism_flow_window(&d, &t, true, true), 12000000);
+	t.anticipate = 2000000;
+	CHECK_EQ(prism_flow_window(&d, &t, true, false), 2000000);
+	CHECK_EQ(prism_flow_window(&d, &t, true, true), PRISM_WEIGHTS_WINDOW);
+	t.anticipate = PRISM_AUTO;
 	t.flow_idle = 2000000;
 	CHECK_EQ(prism_flow_window(&d, &t, false, false), 2000000);
 	t.flow_idle = 0;
