@@ -1663,13 +1663,36 @@ def run_autoload_first() -> dict:
 SUITES = {"main": (setup, CHECKS), "cloud": (setup_cloud, CLOUD_CHECKS)}
 
 
+# A check still running after this long has most likely stalled the
+# guest: save what the kernel knows before the host's timeout kills it.
+CHECK_STALL_S = 300
+
+
+def save_stall(name: str) -> None:
+    """sysrq-w's blocked tasks and the whole kernel log, to the run
+    directory (stall-<check>.txt), for a check that runs far too long."""
+    with contextlib.suppress(OSError):
+        Path("/proc/sysrq-trigger").write_text("w")
+    time.sleep(1)
+    out = Path(os.environ.get("PRISM_RUNDIR", ".")) / f"stall-{name}.txt"
+    log = g.sh("dmesg", check=False).stdout
+    ps = g.sh("ps -eo pid,stat,wchan:32,comm", check=False).stdout
+    out.write_text(f"check {name} still running after {CHECK_STALL_S} s\n{ps}\n{log}")
+    g.log(f"check {name}: still running after {CHECK_STALL_S} s; kernel log in {out}")
+
+
 def run_check(name: str, fn, ctx) -> dict:
     g.log(f"check {name} ...")
     t0 = time.monotonic()
+    watchdog = threading.Timer(CHECK_STALL_S, save_stall, args=(name,))
+    watchdog.daemon = True
+    watchdog.start()
     try:
         res = fn(ctx)
     except Exception:
         res = {"ok": False, "error": traceback.format_exc()}
+    finally:
+        watchdog.cancel()
     res["seconds"] = round(time.monotonic() - t0, 1)
     g.log(f"check {name}: {'ok' if res['ok'] else 'FAILED'} ({res['seconds']} s)")
     return res
