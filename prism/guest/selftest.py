@@ -1671,12 +1671,9 @@ CHECK_STALL_S = 300
 def save_stall(name: str) -> None:
     """sysrq-w's blocked tasks and the whole kernel log, to the run
     directory (stall-<check>.txt), for a check that runs far too long."""
-    with contextlib.suppress(OSError):
-        Path("/proc/sysrq-trigger").write_text("w")
-    time.sleep(1)
+    log = g.log_blocked_tasks()
+    ps = g.sh(g.TASK_LIST, check=False).stdout
     out = Path(os.environ.get("PRISM_RUNDIR", ".")) / f"stall-{name}.txt"
-    log = g.sh("dmesg", check=False).stdout
-    ps = g.sh("ps -eo pid,stat,wchan:32,comm", check=False).stdout
     out.write_text(f"check {name} still running after {CHECK_STALL_S} s\n{ps}\n{log}")
     g.log(f"check {name}: still running after {CHECK_STALL_S} s; kernel log in {out}")
 

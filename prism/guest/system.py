@@ -229,6 +229,19 @@ def prism_flight(dev: str) -> dict:
     return out
 
 
+# Every task with its state and where it sleeps ("D": waiting on I/O).
+TASK_LIST = "ps -eo pid,stat,wchan:32,comm"
+
+
+def log_blocked_tasks(tail: int | None = None) -> str:
+    """Have the kernel log the stacks of its blocked tasks (sysrq-w) and
+    return its log, the last @tail lines of it if given."""
+    with contextlib.suppress(OSError):
+        Path("/proc/sysrq-trigger").write_text("w")
+    time.sleep(1)
+    return sh("dmesg" + (f" | tail -{tail}" if tail else ""), check=False).stdout
+
+
 def stall_report(dev: str, pids: Sequence[int]) -> str:
     """What to know when I/O on @dev stopped completing, for a check's
     error: every task in D state and the stacks of @pids and their
@@ -251,16 +264,13 @@ def stall_report(dev: str, pids: Sequence[int]) -> str:
     for t in tasks:
         for stack in sorted(Path(f"/proc/{t}/task").glob("*/stack")):
             out.append(f"== stack {stack}\n{read(stack)}")
-    out.append("== tasks in D state\n" + sh("ps -eo pid,stat,wchan:32,comm | awk '$2 ~ /D/'",
+    out.append("== tasks in D state\n" + sh(f"{TASK_LIST} | awk '$2 ~ /D/'",
                                             check=False).stdout)
     for hctx in sorted((DEBUGFS / "block" / dev).glob("hctx*")):
         for name in ("state", "dispatch", "busy", "sched_tags", "tags", "dispatched", "run"):
             if (hctx / name).exists():
                 out.append(f"== {hctx.name}/{name}\n{read(hctx / name)}")
-    with contextlib.suppress(OSError):
-        Path("/proc/sysrq-trigger").write_text("w")
-    time.sleep(1)
-    out.append("== kernel log (tail)\n" + sh("dmesg | tail -150", check=False).stdout)
+    out.append("== kernel log (tail)\n" + log_blocked_tasks(150))
     sched = DEBUGFS / "block" / dev / "sched"
     dump = Path(os.environ.get("PRISM_RUNDIR", "/tmp")) / f"stall-{dev}.txt"
     script = f'for f in {sched}/*; do echo "== $f"; cat "$f"; done > {dump}'
