@@ -8,6 +8,7 @@
   prism blktests --kernel 6.12      blktests' block tests with prism loaded, one boot
   prism bench run --workload W ...  the benchmark: workloads x schedulers x reps
   prism demo [--quick]              seed 000's database + backup, all five schedulers, hdd
+  prism profile                     instructions per I/O by kernel function, per scheduler
   prism disk serve --profile hdd    serve the emulated disk over NBD (host side)
   prism disk params --profile hdd   print the model's parameter file
 """
@@ -27,7 +28,7 @@ from .common import workloads
 from .common.errors import PrismError, UsageError
 from .drives import diskmodel, nbd
 from .guest.system import NVME_SERIAL, VIRTIO_SERIAL
-from .host import blktests, build, kernels, pgimage, vm
+from .host import blktests, build, insnprof, kernels, pgimage, vm
 
 
 def _kernels(arg: str) -> list[kernels.Kernel]:
@@ -133,6 +134,41 @@ def cmd_vm(args) -> int:
         rc = res.returncode if res.returncode >= 0 else 124
         status = status or (125 if rc == 0 and not clean else rc)
     return status
+
+
+def cmd_profile(args) -> int:
+    ks = _kernels(args.kernel)
+    if len(ks) != 1:
+        raise UsageError("prism profile: one kernel at a time")
+    k = ks[0]
+    scheds = [s for s in args.schedulers.split(",") if s]
+    if not scheds or len(set(scheds)) != len(scheds):
+        raise UsageError("--schedulers: a comma list of distinct schedulers")
+    if args.ios < 1000 or args.jobs < 1:
+        raise UsageError("--ios must be at least 1000 and --jobs at least 1")
+    ko = build.build(k)
+    rundir = vm.new_rundir()
+    kernels.log(f"profiling {', '.join(scheds)} on {k.abi} (icount, one vCPU, "
+                f"{args.ios} reads per job); run dir {rundir}")
+    res = insnprof.run(k, ko, scheds, args.ios, args.jobs, rundir, args.timeout)
+    clean = _report_log(res)
+    if res.returncode:
+        return res.returncode if res.returncode > 0 else 124
+    jobs, profiles = insnprof.load(rundir)
+    text = insnprof.report(jobs, profiles, args.top)
+    for func in args.lines:
+        for p in profiles:
+            if p.scheduler == "prism":
+                text += "\n" + insnprof.annotate(p, func, ko, args.top)
+    print(text)
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        cmdline = "prism " + " ".join(sys.argv[1:])
+        (out / "report.md").write_text(f"# Instructions per I/O ({k.abi})\n\n"
+                                       f"`{cmdline}`\n\n{text}")
+        kernels.log(f"wrote {out / 'report.md'}")
+    return 0 if clean else 125
 
 
 def cmd_selftest(args) -> int:
@@ -386,6 +422,23 @@ def parser() -> argparse.ArgumentParser:
                    help=", ".join(diskmodel.PROFILES) + " (default hdd)")
     p.add_argument("--disk-params", metavar="FILE", help="start from this file instead")
     p.set_defaults(func=cmd_disk_params)
+
+    p = sub.add_parser("profile", help="instructions per I/O by kernel function under each "
+                                       "scheduler (icount + a QEMU plugin, one boot)")
+    p.add_argument("--kernel", default="6.12", help="6.1 or 6.12 (default)")
+    p.add_argument("--schedulers", default="mq-deadline,prism",
+                   help="comma list; the first is the baseline (default mq-deadline,prism)")
+    p.add_argument("--ios", type=int, default=200000,
+                   help="4 KiB random reads per job in each measured run (default 200000)")
+    p.add_argument("--jobs", type=int, default=1, help="submitting fio jobs (default 1)")
+    p.add_argument("--top", type=int, default=30, help="rows per table (default 30)")
+    p.add_argument("--lines", action="append", default=[], metavar="FUNC",
+                   help="also break one of prism's functions down by source line "
+                        "(repeatable)")
+    p.add_argument("--out", metavar="DIR", help="also write DIR/report.md")
+    p.add_argument("--timeout", type=float, default=1800,
+                   help="kill the guest after this many seconds (default 1800)")
+    p.set_defaults(func=cmd_profile)
 
     p = sub.add_parser("demo", help="seed 000's database + backup across all five schedulers")
     _vm_options(p)

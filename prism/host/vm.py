@@ -290,8 +290,10 @@ ICOUNT_OPTS = "-icount shift=0,sleep=off"
 def run(k: kernels.Kernel, command: str, *, ko: Path | None = None,
         disks: Sequence[Disk | ModelDisk] = (), memory: str = "2G", cpus: int = 2,
         accel: str = "auto", timeout: float = 1800, rundir: Path | None = None,
-        echo: bool = True) -> VmResult:
-    """Boot @k, run @command (bash) in the guest, return what happened."""
+        echo: bool = True, plugin: Path | None = None) -> VmResult:
+    """Boot @k, run @command (bash) in the guest, return what happened.
+    @plugin: a QEMU TCG plugin to load (TCG or icount only), told the run
+    directory in PRISM_INSNPROF_DIR."""
     require_tools()
     if not k.vmlinuz.exists():
         raise PrismError(f"{k.vmlinuz} missing: run 'prism fetch --kernel {k.series}'")
@@ -326,6 +328,12 @@ def run(k: kernels.Kernel, command: str, *, ko: Path | None = None,
             raise PrismError("--accel icount: the emulated drives keep the host's time, "
                              "which the guest's instruction clock does not follow")
         qemu_opts.append(ICOUNT_OPTS)
+    env = None
+    if plugin:
+        if accel == "kvm":
+            raise PrismError("a TCG plugin needs --accel tcg or icount, not kvm")
+        qemu_opts.append(f"-plugin {plugin}")
+        env = dict(os.environ, PRISM_INSNPROF_DIR=str(rundir))
     if qemu_opts:
         # "=" form: the value starts with "-" and must not read as an option.
         cmd.append("--qemu-opts=" + " ".join(qemu_opts))
@@ -333,17 +341,18 @@ def run(k: kernels.Kernel, command: str, *, ko: Path | None = None,
     for d in models:
         d.start()
     try:
-        return _boot(cmd, rundir, timeout, echo)
+        return _boot(cmd, rundir, timeout, echo, env)
     finally:
         for d in models:
             d.stop()
 
 
-def _boot(cmd: list[str], rundir: Path, timeout: float, echo: bool) -> VmResult:
+def _boot(cmd: list[str], rundir: Path, timeout: float, echo: bool,
+          env: dict[str, str] | None = None) -> VmResult:
     start = time.monotonic()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             stdin=subprocess.DEVNULL, text=True, errors="replace",
-                            start_new_session=True, cwd=str(rundir))
+                            start_new_session=True, cwd=str(rundir), env=env)
     lines = []
     timed_out = False
     try:
