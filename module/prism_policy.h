@@ -19,11 +19,13 @@
 #include <linux/bitops.h>
 #include <linux/limits.h>
 #include <linux/math64.h>
+#include <linux/string.h>
 #include <linux/types.h>
 #define prism_fls64(x)	fls64(x)
 #else
 #include <stdbool.h>
 #include <stdint.h>
+#include <string.h>
 typedef uint8_t u8;
 typedef uint32_t u32;
 typedef int64_t s64;
@@ -1003,9 +1005,13 @@ static inline u32 prism_fair_cap(u32 folded, u32 depth,
 static inline void prism_fq_charge(struct prism_fq *fq,
 				   struct prism_fq_flow *f, u64 cost)
 {
-	f->start += prism_vt_delta(cost, f->weight);
+	u64 delta = prism_vt_delta(cost, f->weight);
+
+	f->start += delta;
 	f->est = cost;
-	fq->vtime += prism_vt_delta(cost, fq->wsum ? fq->wsum : f->weight);
+	/* Alone (or all its weight): the same delta, without a division. */
+	fq->vtime += !fq->wsum || fq->wsum == f->weight ?
+		     delta : prism_vt_delta(cost, fq->wsum);
 }
 
 void prism_fq_charge_idle(struct prism_fq *fq, struct prism_fq_flow *f,
@@ -1115,16 +1121,22 @@ static inline void prism_account(struct prism_batch *b,
 {
 	int tier;
 
-	for (tier = 0; tier < PRISM_NR_TIERS; tier++) {
-		if (!(queued_tiers & (1U << tier)))
-			b->credit[tier] = 0;
-		else if (tier > c->tier)
-			b->credit[tier] += (s64)(t->share[tier] * cost);
-		else if (tier == c->tier && c->shared)
-			b->credit[tier] -= (s64)((PRISM_SHARE_UNIT -
-						  t->share[tier]) * cost);
-		else if (tier == c->tier)
-			b->credit[tier] = 0;
+	if (queued_tiers == (1U << c->tier) && !c->shared) {
+		/* One tier queued, served in its own right: all from zero. */
+		memset(b->credit, 0, sizeof(b->credit));
+	} else {
+		for (tier = 0; tier < PRISM_NR_TIERS; tier++) {
+			if (!(queued_tiers & (1U << tier)))
+				b->credit[tier] = 0;
+			else if (tier > c->tier)
+				b->credit[tier] += (s64)(t->share[tier] * cost);
+			else if (tier == c->tier && c->shared)
+				b->credit[tier] -= (s64)((PRISM_SHARE_UNIT -
+							  t->share[tier]) *
+							 cost);
+			else if (tier == c->tier)
+				b->credit[tier] = 0;
+		}
 	}
 	b->last_cost[c->tier] = cost;
 	if (c->batch)

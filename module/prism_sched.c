@@ -163,6 +163,7 @@ struct prism_flow {
 	u32 id;			/* the process (tgid); 0 for a shared flow */
 	enum prism_tier tier;
 	bool rt;		/* its last request was RT: no tag limit */
+	u16 slot;		/* its index in pd->flows, for good */
 	struct list_head fifo[PRISM_NR_FIFOS];	/* arrival order */
 	struct rb_root sort[PRISM_NR_DIRS];	/* sector order, if sorted */
 	u32 queued[PRISM_NR_FIFOS];		/* on fifo[] */
@@ -480,7 +481,7 @@ static inline struct prism_flow *prism_rq_flow(struct prism_data *pd,
 static inline int prism_flow_slot(struct prism_data *pd,
 				  const struct prism_flow *fl)
 {
-	return fl - pd->flows;
+	return fl->slot;	/* not fl - pd->flows: a division */
 }
 
 /* pid_max is at most 2^22: (process, tier) fits, with a bit never 0. */
@@ -531,6 +532,7 @@ static void prism_flow_reset(struct prism_data *pd, struct prism_flow *fl,
 		fl->sweep_pos[d] = 0;
 	}
 	INIT_LIST_HEAD(&fl->active);
+	fl->slot = fl - pd->flows;
 	fl->fq = (struct prism_fq_flow){ .start = pd->tier[tier].fq.vtime };
 	fl->stream = (struct prism_stream){ };
 	fl->id = id;
@@ -616,18 +618,12 @@ static u64 prism_owned(struct prism_tier_queue *tq)
 	return owned > 0 ? owned : 0;
 }
 
-/* Each tier's prism_owned() into @owned; returns their sum. Lockless. */
-static u64 prism_owned_tiers(struct prism_data *pd,
-			     u64 owned[PRISM_NR_TIERS])
+/* Requests all tiers own. Lockless. */
+static u64 prism_owned_total(struct prism_data *pd)
 {
-	u64 total = 0;
-	int t;
-
-	for (t = 0; t < PRISM_NR_TIERS; t++) {
-		owned[t] = prism_owned(&pd->tier[t]);
-		total += owned[t];
-	}
-	return total;
+	return prism_owned(&pd->tier[PRISM_HIGH]) +
+	       prism_owned(&pd->tier[PRISM_NORMAL]) +
+	       prism_owned(&pd->tier[PRISM_LOW]);
 }
 
 /* Dispatched by prism and not yet completed or requeued. */
@@ -652,12 +648,10 @@ static bool prism_lower_inflight(struct prism_data *pd, enum prism_tier tier)
 /* Whether a tier below @tier owns requests: whether @tier has any to guard. */
 static bool prism_lower_owned(struct prism_data *pd, enum prism_tier tier)
 {
-	int t;
-
-	for (t = tier + 1; t < PRISM_NR_TIERS; t++)
-		if (prism_owned(&pd->tier[t]))
-			return true;
-	return false;
+	/* Unrolled: this runs on every insert and dispatch. */
+	if (tier == PRISM_HIGH && prism_owned(&pd->tier[PRISM_NORMAL]))
+		return true;
+	return tier != PRISM_LOW && prism_owned(&pd->tier[PRISM_LOW]);
 }
 
 static enum prism_tier prism_tier_of(const struct prism_tunables *t,
@@ -766,7 +760,7 @@ static void prism_flow_deactivate(struct prism_data *pd, struct prism_flow *fl)
  * nothing queued leaves its tier's fair queue. Safe on a request that was
  * never queued (a merge victim fresh from insert).
  */
-static inline void prism_remove_request(struct prism_data *pd,
+static __always_inline void prism_remove_request(struct prism_data *pd,
 					struct request_queue *q,
 					struct request *rq)
 {
@@ -1620,8 +1614,7 @@ static void prism_flow_hold(struct prism_data *pd, struct blk_mq_hw_ctx *hctx,
 }
 
 static u32 prism_tier_limit(struct prism_data *pd, const struct prism_tunables *t,
-			    enum prism_tier tier, u32 nr, const u64 *owned,
-			    unsigned long now);
+			    enum prism_tier tier, u32 nr, unsigned long now);
 
 /*
  * Whether @fl's next request could get a scheduler tag: not while the
@@ -1635,12 +1628,9 @@ static bool prism_flow_can_allocate(struct prism_data *pd,
 				    struct prism_flow *fl)
 {
 	u32 nr = pd->q->nr_requests, limit;
-	u64 owned[PRISM_NR_TIERS];
-	u64 total = prism_owned_tiers(pd, owned);
 
-	limit = prism_tier_limit(pd, prism_tun(pd), fl->tier, nr, owned,
-				 jiffies);
-	return total < (limit ? limit : nr);
+	limit = prism_tier_limit(pd, prism_tun(pd), fl->tier, nr, jiffies);
+	return prism_owned_total(pd) < (limit ? limit : nr);
 }
 
 /*
@@ -1674,7 +1664,8 @@ static struct prism_flow *prism_flow_waited(struct prism_data *pd,
 
 /*
  * Whether @tier is the only tier that could be served or guard the device:
- * no other tier has requests queued, and none above it has requests in
+ * no other tier has requests queued (all of pd->nr_queued is @tier's,
+ * the at-head list being empty here), and none above it has requests in
  * flight, a flush seen in its window, or a completion recent enough for
  * its anticipation window to be open (in jiffies, rounded up, so the
  * answer errs towards no). Counters only, no clock: the test for
@@ -1687,15 +1678,11 @@ static bool prism_tier_alone(struct prism_data *pd,
 	unsigned long window = 0;
 	int t;
 
-	for (t = 0; t < PRISM_NR_TIERS; t++) {
+	if (pd->nr_queued != tq_queued(&pd->tier[tier]))
+		return false;
+	for (t = 0; t < tier; t++) {
 		struct prism_tier_queue *tq = &pd->tier[t];
 
-		if (t == tier)
-			continue;
-		if (tq_queued(tq))
-			return false;
-		if (t > tier)
-			continue;
 		if (prism_inflight(tq) || tq->flush_seen)
 			return false;
 		if (!READ_ONCE(tq->done_ns))
@@ -1717,9 +1704,9 @@ static bool prism_tier_alone(struct prism_data *pd,
  * leaves the fair queue (prism_fair_lingers()): lifted then, the other
  * flows would fill the device at once.
  */
-static u32 prism_tier_fair_cap(struct prism_data *pd,
-			       const struct prism_tunables *tun, int tier,
-			       u32 depth)
+static noinline u32 prism_tier_fair_cap_fold(struct prism_data *pd,
+					     const struct prism_tunables *tun,
+					     int tier, u32 depth)
 {
 	struct prism_tier_queue *tq = &pd->tier[tier];
 	struct prism_flow *fl;
@@ -1739,6 +1726,18 @@ static u32 prism_tier_fair_cap(struct prism_data *pd,
 	tq->fair_cap = prism_fair_cap(cap, depth, tun);
 	tq->fair_seen = jiffies;
 	return tq->fair_cap;
+}
+
+/* The common case inline: one flow backlogged, no cap lingering. */
+static inline u32 prism_tier_fair_cap(struct prism_data *pd,
+				      const struct prism_tunables *tun,
+				      int tier, u32 depth)
+{
+	struct prism_tier_queue *tq = &pd->tier[tier];
+
+	if (!tq->fair_cap && tq->fq.nr < 2)
+		return 0;
+	return prism_tier_fair_cap_fold(pd, tun, tier, depth);
 }
 
 /*
@@ -1841,10 +1840,6 @@ static struct request *prism_dispatch_request(struct blk_mq_hw_ctx *hctx)
 
 	prism_update_order(pd, q);
 	tun = prism_tun(pd);
-	for (t = 0; t < PRISM_NR_TIERS; t++)
-		if (pd->tier[t].fq.nr >= 2 &&
-		    prism_fq_asymmetric(&pd->tier[t].fq))
-			pd->weights_seen = jiffies;
 	flow_window = prism_flow_window_now(pd, tun);
 	/* Stored only when it changes: completions read its cache line. */
 	if (flow_window != pd->flow_window)
@@ -1929,6 +1924,14 @@ chosen:
 		prism_batch_reset(&pd->batch);
 		goto unlock;
 	}
+	/*
+	 * Unequal weights among flows backlogged together for long (which do
+	 * not re-activate: see prism_note_weight()), seen where they are
+	 * served.
+	 */
+	if (pd->tier[c.tier].fq.nr >= 2 &&
+	    prism_fq_asymmetric(&pd->tier[c.tier].fq))
+		pd->weights_seen = jiffies;
 	if (c.aged)
 		pd->tier[c.tier].aged++;
 	if (c.shared)
@@ -2050,13 +2053,13 @@ static bool prism_has_work(struct blk_mq_hw_ctx *hctx)
 
 /* Whether a tier above @tier is active (prism_tier_active()); lockless. */
 static bool prism_higher_active(struct prism_data *pd, enum prism_tier tier,
-				const u64 *owned, unsigned long now)
+				unsigned long now)
 {
 	int t;
 
 	for (t = 0; t < tier; t++)
-		if (prism_tier_active(owned[t], READ_ONCE(pd->tier[t].last_done),
-				      now, HZ))
+		if (prism_tier_active(prism_owned(&pd->tier[t]),
+				      READ_ONCE(pd->tier[t].last_done), now, HZ))
 			return true;
 	return false;
 }
@@ -2068,10 +2071,9 @@ static bool prism_higher_active(struct prism_data *pd, enum prism_tier tier,
  * prism cannot see it. 0: no limit.
  */
 static u32 prism_tier_limit(struct prism_data *pd, const struct prism_tunables *t,
-			    enum prism_tier tier, u32 nr, const u64 *owned,
-			    unsigned long now)
+			    enum prism_tier tier, u32 nr, unsigned long now)
 {
-	if (!prism_higher_active(pd, tier, owned, now))
+	if (!prism_higher_active(pd, tier, now))
 		return 0;
 	return prism_alloc_depth(tier, true, nr, t);
 }
@@ -2103,48 +2105,57 @@ static u32 prism_flow_limit(struct prism_data *pd,
 }
 
 /*
- * Both limits for an allocation, the smaller one applying. The tier is
- * the one the allocating thread's last request carried (see
- * prism_alloc_tier()), else its own I/O priority's. Runs locklessly: the
- * tunables under RCU, the counters as atomics or READ_ONCE. The common
- * cases (nothing above LOW active; one process owning requests) return
- * after a few loads, since this runs for every request.
+ * Both limits for an allocation that may get one, the smaller applying.
+ * Out of line: the tunables are read under RCU (rcu_read_lock() is a call
+ * on preemptible-RCU kernels), which the common case does without.
  */
-static void prism_limit_depth(blk_opf_t opf, struct blk_mq_alloc_data *data)
+static noinline void prism_limit_depth_slow(struct prism_data *pd,
+					    struct blk_mq_alloc_data *data,
+					    enum prism_tier tier, u32 nr,
+					    unsigned long now)
 {
-	struct prism_data *pd = data->q->elevator->elevator_data;
-	unsigned int nr = data->q->nr_requests;
 	const struct prism_tunables *t;
-	enum prism_tier tier;
-	unsigned long now = jiffies;
-	u32 pid = current->pid;
-	u64 owned[PRISM_NR_TIERS];
-	u64 total = prism_owned_tiers(pd, owned);
 	u32 depth, fdepth;
 
-	tier = prism_alloc_tier(READ_ONCE(pd->recent[prism_recent_slot(pid)]),
-				pid, PRISM_NR_TIERS);
-	/*
-	 * The common case, decided without the tunables (rcu_read_lock() is
-	 * a call on preemptible-RCU kernels): no tier above is active, so no
-	 * reserve applies, and no flow can own its part of the tags.
-	 */
-	if (tier != PRISM_NR_TIERS &&
-	    !prism_higher_active(pd, tier, owned, now) &&
-	    !prism_flow_limit_may(total, nr, READ_ONCE(pd->flow_depth)))
-		return;
 	rcu_read_lock();
 	t = &rcu_dereference(pd->tun)->t;
 	if (tier == PRISM_NR_TIERS)
 		tier = prism_tier_of(t, get_current_ioprio());
-	depth = prism_tier_limit(pd, t, tier, nr, owned, now);
-	fdepth = prism_flow_limit(pd, t, tier, nr, total);
+	depth = prism_tier_limit(pd, t, tier, nr, now);
+	fdepth = prism_flow_limit(pd, t, tier, nr, prism_owned_total(pd));
 	rcu_read_unlock();
 
 	if (fdepth && (!depth || fdepth < depth))
 		depth = fdepth;
 	if (depth)
 		data->shallow_depth = prism_shallow_depth(data->hctx, depth);
+}
+
+/*
+ * The tier is the one the allocating thread's last request carried (see
+ * prism_alloc_tier()), else its own I/O priority's. Runs locklessly: the
+ * tunables under RCU, the counters as atomics or READ_ONCE. The common
+ * case (no tier above the thread's active, too few requests owned for a
+ * flow to hold its part of the tags) returns after a few loads, since
+ * this runs for every request: no tunables, no array on the stack (which
+ * Debian's INIT_STACK_ALL_ZERO would clear on every call).
+ */
+static void prism_limit_depth(blk_opf_t opf, struct blk_mq_alloc_data *data)
+{
+	struct prism_data *pd = data->q->elevator->elevator_data;
+	unsigned int nr = data->q->nr_requests;
+	unsigned long now = jiffies;
+	u32 pid = current->pid;
+	enum prism_tier tier;
+
+	tier = prism_alloc_tier(READ_ONCE(pd->recent[prism_recent_slot(pid)]),
+				pid, PRISM_NR_TIERS);
+	if (tier != PRISM_NR_TIERS &&
+	    !prism_higher_active(pd, tier, now) &&
+	    !prism_flow_limit_may(prism_owned_total(pd), nr,
+				  READ_ONCE(pd->flow_depth)))
+		return;
+	prism_limit_depth_slow(pd, data, tier, nr, now);
 }
 
 static void prism_depth_updated(struct blk_mq_hw_ctx *hctx)
@@ -2170,6 +2181,33 @@ static void prism_prepare_request(struct request *rq)
  * the driver, merged away (with or without requests_merged()), or
  * prepared but never inserted (6.1 passthrough; state 0, not ours).
  */
+/*
+ * A completion someone times: the in-flight control's latencies, the
+ * cost learner's samples. Out of line: most completions are not timed.
+ */
+static noinline void prism_finish_timed(struct prism_data *pd,
+					struct request *rq,
+					struct prism_tier_queue *tq,
+					unsigned long st, u64 done,
+					bool learning)
+{
+	if (!done)
+		done = ktime_get_ns();
+	if (st & PRISM_RQ_TIMED) {
+		WRITE_ONCE(tq->done_ns, done);
+		prism_lat_add(rq, done, (st & PRISM_RQ_SOLO) ? &pd->lat.solo :
+							       &pd->lat.all);
+	} else if (st & PRISM_RQ_IDLE_DEV) {
+		prism_lat_add(rq, done, &pd->lat.bulk);
+	}
+	if (learning) {
+		u64 prev_done = atomic64_xchg(&pd->last_done, done);
+
+		if (st & PRISM_RQ_LEARN)
+			prism_learn_complete(pd, rq, st, prev_done, done);
+	}
+}
+
 static void prism_finish_request(struct request *rq)
 {
 	struct prism_data *pd = rq->q->elevator->elevator_data;
@@ -2209,21 +2247,8 @@ static void prism_finish_request(struct request *rq)
 	if (READ_ONCE(tq->last_done) != now)
 		WRITE_ONCE(tq->last_done, now);
 	learning = READ_ONCE(pd->learning);
-	if (!done && (learning || (st & (PRISM_RQ_TIMED | PRISM_RQ_IDLE_DEV))))
-		done = ktime_get_ns();
-	if (st & PRISM_RQ_TIMED) {
-		WRITE_ONCE(tq->done_ns, done);
-		prism_lat_add(rq, done, (st & PRISM_RQ_SOLO) ? &pd->lat.solo :
-							       &pd->lat.all);
-	} else if (st & PRISM_RQ_IDLE_DEV) {
-		prism_lat_add(rq, done, &pd->lat.bulk);
-	}
-	if (learning) {
-		u64 prev_done = atomic64_xchg(&pd->last_done, done);
-
-		if (st & PRISM_RQ_LEARN)
-			prism_learn_complete(pd, rq, st, prev_done, done);
-	}
+	if (learning || (st & (PRISM_RQ_TIMED | PRISM_RQ_IDLE_DEV)))
+		prism_finish_timed(pd, rq, tq, st, done, learning);
 	/* Finished twice (6.1 flush paths) must not count twice. */
 	prism_rq_set_state(rq, 0);
 }

@@ -575,6 +575,56 @@ TEST(flow_tunables_validated)
 }
 
 /*
+ * A lone flow's charge moves the tier's virtual time by its own delta (the
+ * mechanism skips the second division then); with others backlogged, by
+ * cost over the sum of the weights.
+ */
+TEST(fq_charge_alone_and_shared)
+{
+	static const u32 w[2] = { 70, 10 };
+	struct sim s;
+	u64 v, start;
+
+	sim_init(&s, 2, w);
+	prism_fq_deactivate(&s.fq, &s.f[1]);
+	v = s.fq.vtime;
+	start = s.f[0].start;
+	prism_fq_charge(&s.fq, &s.f[0], 3000000);
+	CHECK_EQ(s.f[0].start - start, prism_vt_delta(3000000, 70));
+	CHECK_EQ(s.fq.vtime - v, prism_vt_delta(3000000, 70));
+	prism_fq_activate(&s.fq, &s.f[1], 10);
+	v = s.fq.vtime;
+	start = s.f[0].start;
+	prism_fq_charge(&s.fq, &s.f[0], 3000000);
+	CHECK_EQ(s.f[0].start - start, prism_vt_delta(3000000, 70));
+	CHECK_EQ(s.fq.vtime - v, prism_vt_delta(3000000, 80));
+}
+
+/*
+ * One tier queued and served in its own right: every credit starts again
+ * from zero (the mechanism's common case, done without the loop), as it
+ * does in the loop for a tier with nothing queued or served plainly.
+ */
+TEST(account_one_tier_clears_credits)
+{
+	struct prism_tunables t = flow_defaults();
+	struct prism_choice c = { .tier = PRISM_NORMAL };
+	struct prism_batch b;
+	int tier;
+
+	prism_batch_reset(&b);
+	prism_account(&b, &t, (1U << PRISM_NORMAL) | (1U << PRISM_LOW), &c,
+		      1000);
+	CHECK(b.credit[PRISM_LOW] > 0);
+	b.credit[PRISM_HIGH] = 5;
+	b.credit[PRISM_NORMAL] = 7;
+	prism_account(&b, &t, 1U << PRISM_NORMAL, &c, 1000);
+	for (tier = 0; tier < PRISM_NR_TIERS; tier++)
+		CHECK_EQ(b.credit[tier], 0);
+	CHECK_EQ(b.last_cost[PRISM_NORMAL], 1000);
+}
+
+/*
  * Idle time held for a tier's next link counts as that tier's: the
  * waiting tiers below earn their share of it, so a bulk tier beside a
  * chain of small dependent requests still earns dispatches.
