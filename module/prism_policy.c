@@ -945,7 +945,13 @@ u64 prism_bucket_wait(const struct prism_bucket *bk, u64 rate, u64 now)
 /*
  * The device idled @ns for a flow's expected next request: that time was
  * the flow's (it held the device), so its virtual time moves as if it had
- * been served that long, and the tier's with it. Its turn's cost is not
+ * been served that long, and the tier's with it; but by no more than one
+ * request of the cost its last one had (est), the device time it would
+ * have used had it been ready. Idle time is wall-clock time and cost is
+ * the model's estimate, which can be a hundred times shorter (the fixed
+ * flash model on a volume metered at 400 IOPS: 20 us against 2.5 ms): a
+ * few milliseconds of a reader's think time would otherwise cost it
+ * hundreds of requests' worth of its share. Its turn's cost is not
  * touched: the turn bounds how much a stream gets at a time, not how long
  * it may take.
  */
@@ -953,6 +959,9 @@ void prism_fq_charge_idle(struct prism_fq *fq, struct prism_fq_flow *f,
 			  u64 ns)
 {
 	u32 wsum = fq->wsum + (f->backlogged ? 0 : f->weight);
+
+	if (f->est && ns > f->est)
+		ns = f->est;
 
 	f->start += prism_vt_delta(ns, f->weight);
 	fq->vtime += prism_vt_delta(ns, wsum ? wsum : 1);

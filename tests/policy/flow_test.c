@@ -991,6 +991,22 @@ TEST(fq_idle_time_is_the_flows)
 	/* The tier's time moves over both weights, a's included. */
 	CHECK_EQ(fq.vtime - vt, prism_vt_delta(4000000, 80));
 	CHECK_EQ(fq.wsum, 40);
+	/*
+	 * Once served, a wait costs it at most one request of its last cost:
+	 * 4 ms of think time against a 20 us request is 20 us, not 200 of them.
+	 */
+	prism_fq_activate(&fq, &a, 40);
+	prism_fq_charge(&fq, &a, 20000);
+	prism_fq_deactivate(&fq, &a);
+	start = a.start;
+	vt = fq.vtime;
+	prism_fq_charge_idle(&fq, &a, 4000000);
+	CHECK_EQ(a.start - start, prism_vt_delta(20000, 40));
+	CHECK_EQ(fq.vtime - vt, prism_vt_delta(20000, 80));
+	/* A wait shorter than a request is charged as it was. */
+	start = a.start;
+	prism_fq_charge_idle(&fq, &a, 5000);
+	CHECK_EQ(a.start - start, prism_vt_delta(5000, 40));
 }
 
 /* A flow back while expected keeps its place; one back later does not. */
