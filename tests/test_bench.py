@@ -306,6 +306,18 @@ def test_scheduler_specs():
             bench.parse_schedulers(bad)
 
 
+def test_scheduler_tags_where_a_device_has_few():
+    """The kernel gives a scheduler twice the device's depth: 2 on the HDD, 8
+    on nullb-ssd, too few for share8's 32 requests to reach the scheduler.
+    The bench raises those to 64, as prism's udev rules do."""
+    from prism.guest.benchrun import sched_nr_requests
+
+    for profile in ("hdd", "hdd-ncq", "nullb-ssd"):
+        assert sched_nr_requests(profile) == 64
+    for profile in ("nullb-cpu", "cloud", "virtio", "nvme", "/dev/sdx"):
+        assert sched_nr_requests(profile) is None
+
+
 def test_device_users_sees_partitions_stacks_and_swap():
     mounts = ("/dev/sdb1 /data ext4 rw 0 0\n/dev/mapper/vg-lv /srv xfs rw 0 0\n"
               "proc /proc proc rw 0 0\n")
