@@ -165,8 +165,11 @@ def cmd_profile(args) -> int:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
         cmdline = "prism " + " ".join(sys.argv[1:])
+        source = plan.source_revision()
         (out / "report.md").write_text(f"# Instructions per I/O ({k.abi})\n\n"
-                                       f"`{cmdline}`\n\n{text}")
+                                       f"`{cmdline}`\n\n"
+                                       + (f"prism source: `{source}`.\n\n" if source else "")
+                                       + text)
         kernels.log(f"wrote {out / 'report.md'}")
     return 0 if clean else 125
 
