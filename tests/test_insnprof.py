@@ -103,7 +103,7 @@ def test_profile_counts_each_schedulers_own_functions(request, tmp_path):
     from test_vm import newest_kernel
 
     out = tmp_path / "out"
-    rc = cli.main(["profile", "--kernel", newest_kernel(request.config), "--ios", "5000",
+    rc = cli.main(["profile", "--kernel", newest_kernel(request.config), "--ios", "2000",
                    "--top", "400", "--out", str(out)])
     assert rc == 0
     text = (out / "report.md").read_text()

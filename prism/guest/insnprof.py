@@ -22,9 +22,9 @@ from pathlib import Path
 from . import system as g
 
 MARK_TIMEOUT_S = 60
-# Ahead of each measured run: the scheduler's first requests (its
-# allocations, the flow table, the cost model's start) are not its steady
-# cost per request.
+# Ahead of each measured run (or as many as it has, if fewer): the
+# scheduler's first requests (its allocations, the flow table, the cost
+# model's start) are not its steady cost per request.
 WARMUP_IOS = 20000
 
 
@@ -74,7 +74,7 @@ def main() -> int:
     results = []
     for sched in args.schedulers:
         g.set_scheduler(dev, sched)
-        randread(dev, WARMUP_IOS, args.jobs)
+        randread(dev, min(WARMUP_IOS, args.ios), args.jobs)
         before = marks.mark()
         report = randread(dev, args.ios, args.jobs)
         after = marks.mark()
