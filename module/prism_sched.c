@@ -2177,11 +2177,6 @@ static void prism_prepare_request(struct request *rq)
 }
 
 /*
- * The core calls this for every prepared request it frees: completed by
- * the driver, merged away (with or without requests_merged()), or
- * prepared but never inserted (6.1 passthrough; state 0, not ours).
- */
-/*
  * A completion someone times: the in-flight control's latencies, the
  * cost learner's samples. Out of line: most completions are not timed.
  */
@@ -2208,6 +2203,11 @@ static noinline void prism_finish_timed(struct prism_data *pd,
 	}
 }
 
+/*
+ * The core calls this for every prepared request it frees: completed by
+ * the driver, merged away (with or without requests_merged()), or
+ * prepared but never inserted (6.1 passthrough; state 0, not ours).
+ */
 static void prism_finish_request(struct request *rq)
 {
 	struct prism_data *pd = rq->q->elevator->elevator_data;
