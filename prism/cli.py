@@ -146,6 +146,8 @@ def cmd_profile(args) -> int:
         raise UsageError("--schedulers: a comma list of distinct schedulers")
     if args.ios < 1000 or args.jobs < 1:
         raise UsageError("--ios must be at least 1000 and --jobs at least 1")
+    if args.lines and "prism" not in scheds:
+        raise UsageError("--lines breaks down prism's functions: add prism to --schedulers")
     ko = build.build(k)
     rundir = vm.new_rundir()
     kernels.log(f"profiling {', '.join(scheds)} on {k.abi} (icount, one vCPU, "

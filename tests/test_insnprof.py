@@ -92,6 +92,8 @@ def test_profile_refuses_bad_arguments(capsys):
     assert cli.main(["profile", "--schedulers", "prism,prism"]) == 2
     assert cli.main(["profile", "--ios", "10"]) == 2
     assert cli.main(["profile", "--kernel", "6.1,6.12"]) == 2
+    assert cli.main(["profile", "--schedulers", "mq-deadline,bfq",
+                     "--lines", "prism_dispatch_request"]) == 2
 
 
 @pytest.mark.vm

@@ -1,7 +1,8 @@
 """The guest half of `prism profile`: the same fixed number of 4 KiB random
-reads on a delay-free null_blk under each scheduler, with a mark before and
-after each measured run for the host's instruction-counting plugin
-(prism/host/insnprof.c), which snapshots its counters at every mark.
+reads on a delay-free null_blk (the bench's nullb-cpu) under each scheduler,
+with a mark before and after each measured run for the host's
+instruction-counting plugin (prism/host/insnprof.c), which snapshots its
+counters at every mark.
 
   python3 -m prism.guest.insnprof --ios N --jobs J SCHED...
 
@@ -20,6 +21,7 @@ import time
 from pathlib import Path
 
 from . import system as g
+from .benchrun import NULLB_PROFILES, NULLB_SIZE_MB
 
 MARK_TIMEOUT_S = 60
 # Ahead of each measured run (or as many as it has, if fewer): the
@@ -68,7 +70,9 @@ def main() -> int:
     rundir = Path(os.environ["PRISM_RUNDIR"])
     if "prism" in args.schedulers and not g.module_loaded():
         g.load_prism()
-    dev = g.nullb_configfs("profile", depth=64, completion_us=0, size_mb=4096,
+    spec = NULLB_PROFILES["nullb-cpu"]
+    dev = g.nullb_configfs("profile", depth=spec["depth"],
+                           completion_us=spec["completion_us"], size_mb=NULLB_SIZE_MB,
                            memory_backed=False)
     marks = Marks(rundir)
     results = []
