@@ -294,3 +294,34 @@ def test_blktests_missing_says_how_to_get_it(monkeypatch, tmp_path):
     monkeypatch.setenv("PRISM_BLKTESTS", str(tmp_path / "nowhere"))
     with pytest.raises(blktests.Missing, match="git clone https://github.com/osandov/blktests"):
         blktests.source()
+
+
+def test_a_vm_that_exits_before_the_guest_starts_is_booted_once_more(monkeypatch, tmp_path):
+    """vng/QEMU giving up before the guest script runs leaves no rc: the
+    console is kept, and run() boots once more (the command never ran),
+    but only once, and never after a timeout or a command that did run."""
+    from prism.host import kernels as kern
+    from prism.host import vm
+
+    # _boot itself: the console is kept and the marker is read.
+    res = vm._boot(["bash", "-c", "echo qemu: cannot start; exit 1"], tmp_path, 30, False)
+    assert res.returncode == -1 and not res.guest_started and not res.timed_out
+    assert "cannot start" in (tmp_path / "console.txt").read_text()
+    assert "cannot start" in res.tail()
+
+    k = kern.Kernel(series="6.12", abi="x", version="x")
+    monkeypatch.setattr(kern.Kernel, "vmlinuz", property(lambda self: tmp_path / "vmlinuz"))
+    (tmp_path / "vmlinuz").write_text("")
+    monkeypatch.setattr(vm, "require_tools", lambda: None)
+    for started, timed_out, boots in [(False, False, 2), (True, False, 1), (False, True, 1)]:
+        calls = []
+
+        def fake_boot(cmd, rundir, timeout, echo, env=None, started=started,
+                      timed_out=timed_out, calls=calls):
+            calls.append(cmd)
+            ok = started or len(calls) > 1
+            return vm.VmResult(0 if ok else -1, "", "", rundir, 1.0,
+                               guest_started=ok, timed_out=timed_out)
+        monkeypatch.setattr(vm, "_boot", fake_boot)
+        vm.run(k, "true", accel="tcg", rundir=tmp_path / f"run{boots}{started}")
+        assert len(calls) == boots, (started, timed_out)

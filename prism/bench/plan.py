@@ -284,8 +284,9 @@ def run_in_vm(k: kernels.Kernel, plan: dict, args) -> tuple[Path, list[dict]]:
     for kind, line in probs:
         print(f"prism: kernel log: {kind}: {line}", file=sys.stderr)
     if res.returncode != 0:
-        raise PrismError(f"benchmark on {k.series} failed (guest exit {res.returncode}); "
-                         f"see {rundir}")
+        raise PrismError(f"benchmark on {k.series} failed (guest exit {res.returncode} "
+                         f"after {res.elapsed:.0f} s); see {rundir} (console.txt); "
+                         f"its last output:\n{res.tail()}")
     if probs:
         raise PrismError(f"benchmark on {k.series}: the kernel log reports problems "
                          f"({rundir / 'dmesg.txt'})")

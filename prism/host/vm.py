@@ -161,6 +161,12 @@ class VmResult:
     dmesg: str           # the guest's kernel log at the end of the command
     rundir: Path         # the read-write directory the guest wrote into
     elapsed: float
+    guest_started: bool = True   # the guest script ran (its first line)
+    timed_out: bool = False
+
+    def tail(self, lines: int = 15) -> str:
+        """The console's last lines, for an error message."""
+        return "".join(self.output.splitlines(keepends=True)[-lines:])
 
     @property
     def log_problems(self) -> list[tuple[str, str]]:
@@ -253,6 +259,7 @@ def _guest_script(command: str, rundir: Path, ko: Path | None, setup: str = "") 
     return f"""#!/bin/bash
 {exports}
 cd "$PRISM_RUNDIR"
+: > "$PRISM_RUNDIR/started"
 {setup}bash -c {shlex.quote(command)}
 rc=$?
 echo "$rc" > "$PRISM_RUNDIR/rc"
@@ -299,7 +306,7 @@ def run(k: kernels.Kernel, command: str, *, ko: Path | None = None,
         raise PrismError(f"{k.vmlinuz} missing: run 'prism fetch --kernel {k.series}'")
     rundir = rundir or new_rundir()
     rundir.mkdir(parents=True, exist_ok=True)
-    for f in ("rc", "dmesg.txt"):
+    for f in ("rc", "dmesg.txt", "started", "console.txt"):
         (rundir / f).unlink(missing_ok=True)
     models = [d for d in disks if isinstance(d, ModelDisk)]
     script = rundir / "guest.sh"
@@ -341,7 +348,15 @@ def run(k: kernels.Kernel, command: str, *, ko: Path | None = None,
     for d in models:
         d.start()
     try:
-        return _boot(cmd, rundir, timeout, echo, env)
+        res = _boot(cmd, rundir, timeout, echo, env)
+        if not res.guest_started and not res.timed_out:
+            # vng or QEMU gave up before the guest ran a line of ours (seen
+            # once in CI: exit after 4 s, nothing kept). Nothing of the
+            # command has run, so one more boot is safe; say so and why.
+            kernels.log("the VM exited before the guest started its command; "
+                        "booting once more. Its last output:\n" + res.tail())
+            res = _boot(cmd, rundir, timeout, echo, env)
+        return res
     finally:
         for d in models:
             d.stop()
@@ -383,4 +398,6 @@ def _boot(cmd: list[str], rundir: Path, timeout: float, echo: bool,
     output = "".join(lines)
     if timed_out:
         output += f"\nprism: guest killed after {timeout:.0f} s\n"
-    return VmResult(rc, output, dmesg, rundir, elapsed)
+    (rundir / "console.txt").write_text(output)
+    return VmResult(rc, output, dmesg, rundir, elapsed,
+                    guest_started=(rundir / "started").exists(), timed_out=timed_out)
