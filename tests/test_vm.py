@@ -324,3 +324,8 @@ def test_bench_every_workload_on_the_hdd(request, tmp_path):
     # its server process was found and put in the IDLE class.
     assert jobs["backup"]["walsenders"] >= 1 and jobs["backup"]["prioclass"] == "3"
     assert {j["job"] for j in by["pgbench_fio"]["jobs"]} == {"pgbench", "backup_reader"}
+    for name, job, prioclass in [("pgbench_idle_reader", "backup_reader", "3"),
+                                 ("pgbench_idle_writer", "bulk_writer", "3")]:
+        jobs = {j["job"]: j for j in by[name]["jobs"]}
+        assert set(jobs) == {"pgbench", job}, name
+        assert jobs[job]["ios"] > 0 and jobs[job]["prioclass"] == prioclass, name

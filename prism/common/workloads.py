@@ -109,8 +109,17 @@ WORKLOADS = {w.name: w for w in [
              "PostgreSQL: pgbench beside a 1 MiB sequential reader of the raw device at "
              "BE7 (backup_reader)", high_job="pgbench", low_job="backup_reader",
              baseline="pgbench_alone", app="pgbench", companion="fio"),
-    Workload("pgbench_alone", "000", "pgbench alone: the baseline for pgbench_backup and "
-             "pgbench_fio", app="pgbench"),
+    Workload("pgbench_idle_reader", "000",
+             "PostgreSQL: pgbench beside a 1 MiB sequential reader of the raw device in "
+             "the IDLE class (backup_reader)", high_job="pgbench", low_job="backup_reader",
+             baseline="pgbench_alone", app="pgbench", companion="fio"),
+    Workload("pgbench_idle_writer", "000",
+             "PostgreSQL: pgbench beside 1 MiB buffered writes in the IDLE class on the "
+             "database's filesystem (bulk_writer; its writeback is the flusher's)",
+             high_job="pgbench", low_job="bulk_writer", baseline="pgbench_alone",
+             app="pgbench", companion="fio"),
+    Workload("pgbench_alone", "000", "pgbench alone: the baseline for pgbench_backup, "
+             "pgbench_fio and pgbench_idle_*", app="pgbench"),
     Workload("seqread_buffered", "003",
              "sequential buffered 1 MiB reads through the page cache (hdparm -t)"),
 ]}

@@ -233,7 +233,8 @@ def run_pgbench(run: dict, device: Device, plan: dict, rundir: Path, workload) -
             backup = pgbench.Backup(_database)
             backup.start()
         elif workload.companion == "fio":
-            env = dict(os.environ, DEV=device.dev, RUNTIME=str(runtime), RAMP=str(ramp))
+            env = dict(os.environ, DEV=device.dev, RUNTIME=str(runtime), RAMP=str(ramp),
+                       DIR=str(pgbench.MOUNT))
             fio = subprocess.Popen(["fio", "--output-format=json",
                                     f"--output={rundir / 'fio.json'}", str(workload.jobfile)],
                                    env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
