@@ -235,8 +235,13 @@ def run_pgbench(run: dict, device: Device, plan: dict, rundir: Path, workload) -
         elif workload.companion == "fio":
             env = dict(os.environ, DEV=device.dev, RUNTIME=str(runtime), RAMP=str(ramp),
                        DIR=str(pgbench.MOUNT))
+            # Its per-second log, as _measure() keeps: the bulk job's worst
+            # second says whether it kept moving.
             fio = subprocess.Popen(["fio", "--output-format=json",
-                                    f"--output={rundir / 'fio.json'}", str(workload.jobfile)],
+                                    f"--output={rundir / 'fio.json'}",
+                                    f"--write_iops_log={rundir / 'log'}",
+                                    f"--write_lat_log={rundir / 'log'}", "--log_avg_msec=1000",
+                                    str(workload.jobfile)],
                                    env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                    text=True)
         bench = _database.pgbench(ramp + runtime, rundir / "pgbench")
@@ -266,7 +271,7 @@ def run_pgbench(run: dict, device: Device, plan: dict, rundir: Path, workload) -
         jobs.append(pgbench.backup_record(backup.received, start, start + runtime,
                                           walsenders=len(backup.reprioritised)))
     if fio:
-        jobs += stats.run_records(json.loads((rundir / "fio.json").read_text()))
+        jobs += stats.run_records(json.loads((rundir / "fio.json").read_text()), rundir)
     (rundir / "jobs.json").write_text(json.dumps(jobs, indent=1))
     # The per-transaction logs are large; the records keep what the report needs.
     for log in rundir.glob("pgbench.*"):
