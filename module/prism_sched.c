@@ -190,10 +190,12 @@ struct prism_flow {
 	 * pd->flow_window is set: done_ns, ktime of its last completion, written
 	 * locklessly by finish_request(); the rest under the lock. returning:
 	 * its latest request arrived while it was expected, so it comes back
-	 * to the fair queue where it left (prism_fq_return()).
+	 * to the fair queue where it left (prism_fq_return()). wait_window:
+	 * how long its latest wait may last (prism_flow_idle_window()).
 	 */
 	u64 done_ns;
 	u64 dispatch_ns;
+	u64 wait_window;
 	struct prism_think think;
 	bool returning;
 	char comm[TASK_COMM_LEN];
@@ -1601,7 +1603,7 @@ static void prism_flow_hold(struct prism_data *pd, struct blk_mq_hw_ctx *hctx,
 	if (prism_flow_owned(fl)) {
 		end = fl->dispatch_ns + PRISM_FLOW_WAIT_MAX;
 	} else {
-		end = fl->think.last_done + pd->flow_window;
+		end = fl->think.last_done + fl->wait_window;
 		if (!pd->idle_since) {
 			pd->idle_since = now;
 			pd->idle_tier = fl->tier;
@@ -1648,15 +1650,20 @@ static struct prism_flow *prism_flow_waited(struct prism_data *pd,
 		return NULL;
 	fl = &pd->flows[pd->batch.flow];
 	if (!fl->key || fl->tier != pd->batch.tier || fl->fq.backlogged ||
-	    (throttled & BIT(fl->tier)) || !prism_flow_can_allocate(pd, fl) ||
-	    !prism_flow_idle_pays(depth, !blk_queue_nonrot(pd->q), &fl->stream,
-				  &pd->tier[fl->tier].fq, &fl->fq))
+	    (throttled & BIT(fl->tier)) || !prism_flow_can_allocate(pd, fl))
+		return NULL;
+	fl->wait_window = prism_flow_idle_window(depth,
+						 !blk_queue_nonrot(pd->q),
+						 &fl->stream,
+						 &pd->tier[fl->tier].fq,
+						 &fl->fq, pd->flow_window);
+	if (!fl->wait_window)
 		return NULL;
 	if (!*now)
 		*now = ktime_get_ns();
 	fl->think.last_done = READ_ONCE(fl->done_ns);
 	if (!prism_flow_expected(&fl->think, prism_flow_owned(fl),
-				 fl->dispatch_ns, *now, pd->flow_window))
+				 fl->dispatch_ns, *now, fl->wait_window))
 		return NULL;
 	view[fl->tier].flow_waits = true;
 	return fl;

@@ -899,11 +899,12 @@ TEST(flow_expected_rules)
 	CHECK(!prism_flow_expected(&th, 0, 0, now, w));
 }
 
-TEST(flow_idle_pays_by_device)
+TEST(flow_idle_window_by_device)
 {
 	struct prism_stream random = { 0 }, stream = { 0 };
 	struct prism_fq fq = { 0 };
 	struct prism_fq_flow f = { .weight = 40 };
+	const u64 w = 8000000;	/* 8 ms */
 	int i;
 
 	for (i = 0; i < PRISM_SEQ_SCORE_MAX; i++)
@@ -916,26 +917,58 @@ TEST(flow_idle_pays_by_device)
 	/* Two backlogged flows of f's weight: a tier of equals. */
 	fq.nr = 2;
 	fq.wsum = 80;
-	/* One command at a time: always worth a wait. */
-	CHECK(prism_flow_idle_pays(1, true, &random, &fq, &f));
-	CHECK(prism_flow_idle_pays(1, true, &stream, &fq, &f));
+	/*
+	 * One command at a time: a stream gets the whole window; a random
+	 * flow among equals saves no seek, so only a short wait, and never
+	 * longer than the window itself.
+	 */
+	CHECK_EQ(prism_flow_idle_window(1, true, &stream, &fq, &f, w), w);
+	CHECK_EQ(prism_flow_idle_window(1, true, &random, &fq, &f, w),
+		 PRISM_SEEKY_WINDOW);
+	CHECK(PRISM_SEEKY_WINDOW < w);
+	CHECK_EQ(prism_flow_idle_window(1, true, &random, &fq, &f, 1000000),
+		 1000000);
+	CHECK_EQ(prism_flow_idle_window(1, true, &random, &fq, &f, 0), 0);
 	/* A queueing device: a stream yes, a random flow among equals no. */
-	CHECK(prism_flow_idle_pays(32, true, &stream, &fq, &f));
-	CHECK(!prism_flow_idle_pays(32, true, &random, &fq, &f));
+	CHECK_EQ(prism_flow_idle_window(32, true, &stream, &fq, &f, w), w);
+	CHECK_EQ(prism_flow_idle_window(32, true, &random, &fq, &f, w), 0);
 	/* Flash: among equals no wait pays, stream or not, deep or not. */
-	CHECK(!prism_flow_idle_pays(32, false, &stream, &fq, &f));
-	CHECK(!prism_flow_idle_pays(1, false, &stream, &fq, &f));
-	CHECK(!prism_flow_idle_pays(32, false, &random, &fq, &f));
+	CHECK_EQ(prism_flow_idle_window(32, false, &stream, &fq, &f, w), 0);
+	CHECK_EQ(prism_flow_idle_window(1, false, &stream, &fq, &f, w), 0);
+	CHECK_EQ(prism_flow_idle_window(32, false, &random, &fq, &f, w), 0);
 	/* Nobody else backlogged: nothing to keep a ratio against. */
 	fq.nr = 0;
 	fq.wsum = 0;
-	CHECK(!prism_flow_idle_pays(32, true, &random, &fq, &f));
-	/* Another weight backlogged: only the wait keeps the ratio. */
+	CHECK_EQ(prism_flow_idle_window(32, true, &random, &fq, &f, w), 0);
+	CHECK_EQ(prism_flow_idle_window(1, true, &random, &fq, &f, w),
+		 PRISM_SEEKY_WINDOW);
+	/* Another weight backlogged: only the wait keeps the ratio, whole. */
 	fq.nr = 2;
 	fq.wsum = 40 + 10;
-	CHECK(prism_flow_idle_pays(32, true, &random, &fq, &f));
-	CHECK(prism_flow_idle_pays(32, false, &random, &fq, &f));
-	CHECK(prism_flow_idle_pays(32, false, &stream, &fq, &f));
+	CHECK_EQ(prism_flow_idle_window(32, true, &random, &fq, &f, w), w);
+	CHECK_EQ(prism_flow_idle_window(1, true, &random, &fq, &f, w), w);
+	CHECK_EQ(prism_flow_idle_window(32, false, &random, &fq, &f, w), w);
+	CHECK_EQ(prism_flow_idle_window(32, false, &stream, &fq, &f, w), w);
+}
+
+TEST(seeky_flow_thinking_longer_than_the_short_window_is_not_waited_for)
+{
+	struct prism_think th = { 0 };
+	const u64 now = 1000000000;
+
+	/*
+	 * A pgbench backend: milliseconds of work between its random reads.
+	 * Within the flow window it would be waited for; within the short
+	 * window for a random flow among equals it is not.
+	 */
+	th.last_done = now - 500000;
+	th.samples = PRISM_THINK_SAMPLES;
+	th.mean = 4000000;
+	CHECK(prism_flow_expected(&th, 0, 0, now, 8000000));
+	CHECK(!prism_flow_expected(&th, 0, 0, now, PRISM_SEEKY_WINDOW));
+	/* A reader that asks again at once still is. */
+	th.mean = 300000;
+	CHECK(prism_flow_expected(&th, 0, 0, now, PRISM_SEEKY_WINDOW));
 }
 
 TEST(flow_window_auto_by_media)
