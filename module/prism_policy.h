@@ -839,23 +839,22 @@ struct prism_fq_flow {
  * (prism_flow_returning()), so all a wait buys is that its next request
  * does not queue behind another flow's: worth a short wait only,
  * PRISM_SEEKY_WINDOW, bfq's BFQ_MIN_TT for a seeky queue, which still
- * covers a reader that issues its next request at once. Measured under
- * pgbench on the emulated HDD, whose backends read at random with
- * milliseconds of work between requests: waiting up to the 8 ms window
- * for each held the disk 2,478 times in a 20 s run and cost 15% of the
- * transaction rate against none. On a queueing device (NCQ, a deep
- * volume) the drive orders what it holds, so a random flow gains no seek
- * from the wait, while every other flow's requests wait out the whole of
- * its request in the device (measured on hdd-ncq under pgbench: NORMAL
- * reads waited 30-38 ms at P99 in prism with the wait, 0.3-0.75 ms
- * without). There, as bfq decides on a queueing disk, wait only for a
- * sequential stream or when the tier's weights are asymmetric (a
- * backlogged flow of another weight than @f's: only the wait keeps their
- * ratio), not at all for a random flow among equals. On flash (not
- * @rotational) no order saves anything, so only unequal weights pay for
- * the wait: share8 on the cloud volume, whose readers' requests merge
- * into one at a time per reader, came within 2% of the weights with it,
- * 74% without.
+ * covers a reader that issues its next request at once. Under pgbench
+ * on the emulated HDD, whose backends read at random with milliseconds
+ * of work between requests, waiting up to the 8 ms window for each held
+ * the disk 2,478 times in a 20 s run of 4,783 requests. On a queueing
+ * device (NCQ, a deep volume) the drive orders what it holds, so a
+ * random flow gains no seek from the wait, while every other flow's
+ * requests wait out the whole of its request in the device (measured on
+ * hdd-ncq under pgbench: NORMAL reads waited 30-38 ms at P99 in prism
+ * with the wait, 0.3-0.75 ms without). There, as bfq decides on a
+ * queueing disk, wait only for a sequential stream or when the tier's
+ * weights are asymmetric (a backlogged flow of another weight than @f's:
+ * only the wait keeps their ratio), not at all for a random flow among
+ * equals. On flash (not @rotational) no order saves anything, so only
+ * unequal weights pay for the wait: share8 on the cloud volume, whose
+ * readers' requests merge into one at a time per reader, came within 2%
+ * of the weights with it, 74% without.
  */
 #define PRISM_SEEKY_WINDOW	2000000ULL	/* 2 ms */
 
