@@ -235,13 +235,11 @@ def run_pgbench(run: dict, device: Device, plan: dict, rundir: Path, workload) -
         elif workload.companion == "fio":
             env = dict(os.environ, DEV=device.dev, RUNTIME=str(runtime), RAMP=str(ramp),
                        DIR=str(pgbench.MOUNT))
-            # Its per-second log, as _measure() keeps: the bulk job's worst
-            # second says whether it kept moving.
+            # Its per-second logs: the bulk job's worst second says
+            # whether it kept moving.
             fio = subprocess.Popen(["fio", "--output-format=json",
                                     f"--output={rundir / 'fio.json'}",
-                                    f"--write_iops_log={rundir / 'log'}",
-                                    f"--write_lat_log={rundir / 'log'}", "--log_avg_msec=1000",
-                                    str(workload.jobfile)],
+                                    *fio_second_logs(rundir), str(workload.jobfile)],
                                    env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                    text=True)
         bench = _database.pgbench(ramp + runtime, rundir / "pgbench")
@@ -301,12 +299,19 @@ def cpu_shares(before: list[int], after: list[int]) -> dict:
             "irq": pct(5, 6), "iowait": pct(4)}
 
 
+def fio_second_logs(rundir: Path) -> list[str]:
+    """fio options for its per-second latency and IOPS logs in @rundir,
+    which stats.run_records() reads into each job's series and worst
+    second."""
+    return [f"--write_lat_log={rundir / 'log'}", f"--write_iops_log={rundir / 'log'}",
+            "--log_avg_msec=1000"]
+
+
 def _measure(run: dict, device: Device, plan: dict, rundir: Path, env: dict,
              workload) -> dict:
     marks = RunMarks(device, plan, run)
     cmd = ["fio", "--output-format=json", f"--output={rundir / 'fio.json'}",
-           f"--write_lat_log={rundir / 'log'}", f"--write_iops_log={rundir / 'log'}",
-           "--log_avg_msec=1000", f"--write_hist_log={rundir / 'log'}",
+           *fio_second_logs(rundir), f"--write_hist_log={rundir / 'log'}",
            "--log_hist_msec=1000", str(workload.jobfile)]
     r = subprocess.run(cmd, env=env, text=True, capture_output=True,
                        timeout=plan["runtime"] + plan["ramp"] + 300)
