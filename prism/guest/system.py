@@ -349,9 +349,11 @@ def prism_batch(dev: str) -> dict[str, str]:
     return dict(kv.split("=", 1) for kv in text.split())
 
 
-def fio(jobfile: str | None = None, args: Sequence[str] = (), timeout: float = 600) -> dict:
+def fio(jobfile: str | None = None, args: Sequence[str] = (),
+        timeout: float | None = 600) -> dict:
     """Run fio with JSON output; returns the parsed report. Raises on a
-    non-zero exit (an I/O or verify error) with fio's stderr."""
+    non-zero exit (an I/O or verify error) with fio's stderr. @timeout is
+    in the guest's clock; None waits as long as fio runs."""
     cmd = ["fio", "--output-format=json"] + list(args)
     if jobfile:
         cmd.append(jobfile)
