@@ -741,3 +741,9 @@ def test_latency_table_reads_prisms_histograms():
     assert cells[5].startswith("1.50")                    # wait P50 in ms
     assert cells[7].startswith("3.00")                    # device P50
     assert report.latency_table([{"scheduler": "none"}]) == []
+
+
+def test_guest_timeouts_are_dropped_when_the_clock_counts_instructions():
+    from prism.guest import benchrun
+    assert benchrun.run_timeout({"runtime": 10}, 310) == 310
+    assert benchrun.run_timeout({"clock": "instructions"}, 310) is None
