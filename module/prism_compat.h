@@ -111,4 +111,48 @@ static inline u64 prism_stat_clock(void)
 #endif
 }
 
+/*
+ * Whether the device keeps written data in a volatile cache, so that a
+ * write completes before it reaches the media: QUEUE_FLAG_WC on 6.1 (a
+ * macro there; blk_queue_write_cache() is its setter), the queue's
+ * limits on 6.12, where blk_queue_write_cache() reads them.
+ */
+static inline bool prism_write_back(struct request_queue *q)
+{
+#ifdef QUEUE_FLAG_WC
+	return test_bit(QUEUE_FLAG_WC, &q->queue_flags);
+#else
+	return blk_queue_write_cache(q);
+#endif
+}
+
+/*
+ * Writeback throttling off for prism's queues, as bfq does, and back to
+ * the queue's default when prism leaves. 6.1's wbt_*_default() take the
+ * queue; later kernels take the disk and keep an elevator flag that
+ * wbt_enable_default() obeys (a queue re-registered under prism stays
+ * off). The flag's macro tells which kernel this is.
+ */
+static inline void prism_wbt_off(struct request_queue *q,
+				 struct elevator_queue *eq)
+{
+#ifdef ELEVATOR_FLAG_DISABLE_WBT
+	set_bit(ELEVATOR_FLAG_DISABLE_WBT, &eq->flags);
+	wbt_disable_default(q->disk);
+#else
+	wbt_disable_default(q);
+#endif
+}
+
+static inline void prism_wbt_default(struct request_queue *q,
+				     struct elevator_queue *eq)
+{
+#ifdef ELEVATOR_FLAG_DISABLE_WBT
+	clear_bit(ELEVATOR_FLAG_DISABLE_WBT, &eq->flags);
+	wbt_enable_default(q->disk);
+#else
+	wbt_enable_default(q);
+#endif
+}
+
 #endif /* _PRISM_COMPAT_H */

@@ -267,7 +267,8 @@ void prism_account_idle(struct prism_batch *b, const struct prism_tunables *t,
 /* A tier that holds the device for the tiers below it. */
 static bool tier_active(const struct prism_tier_view *v)
 {
-	return tier_queued(v) || v->inflight || v->anticipated || v->flushing;
+	return tier_queued(v) || v->inflight || v->anticipated ||
+	       v->chained || v->flushing;
 }
 
 /* The open batch in @tier waits for its flow (see prism_flow_expected()). */
@@ -300,9 +301,11 @@ static void batch_close(struct prism_batch *b)
  * list. An aged request is taken from its FIFO head, whoever's it is.
  *
  * A tier above the highest non-empty one may still be active: requests
- * in flight, or anticipated (its next link is due within the window).
- * Below an anticipated tier nothing is dispatched in its own right; below
- * one in flight only within the device's depth and lower_limit. Shares
+ * in flight, or anticipated (its next link is due within the window),
+ * or chained (a sync-write chain under way: see prism_chained()).
+ * Below an anticipated tier nothing is dispatched in its own right, below
+ * a chained one nothing of LOW; below one in flight only within the
+ * device's depth and lower_limit. Shares
  * pass the window, since a share is what bounds the wait of the tiers
  * below, but not the depth; aging passes both.
  *
@@ -352,7 +355,8 @@ bool prism_choose(const struct prism_tier_view view[PRISM_NR_TIERS],
 		int above;
 
 		for (above = guard; above < tier; above++) {
-			if (view[above].anticipated) {
+			if (view[above].anticipated ||
+			    (view[above].chained && tier == PRISM_LOW)) {
 				*hold = PRISM_HOLD_WINDOW;
 				return false;
 			}

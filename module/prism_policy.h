@@ -166,6 +166,15 @@ struct prism_tier_view {
 	u32 fair_cap;		/* in flight it may have (prism_fair_cap()); 0: any */
 	bool anticipated;	/* its next request is expected at once */
 	/*
+	 * A chain of sync writes it began is under way: one of its sync
+	 * writes (an fsync's data, a journal block) or a flush that followed
+	 * completed within the window, and what followed its past ones came
+	 * within the window too (see prism_chained()). Holds LOW alone: the
+	 * chain's next link may be issued at another priority (jbd2 writes
+	 * the journal at BE3, NORMAL), but never by the bulk tier.
+	 */
+	bool chained;
+	/*
 	 * A request the scheduler never saw (a flush, which both kernels
 	 * route past the elevator) is in the device within this tier's
 	 * window: most likely its chain's, so the tier counts as active.
@@ -442,6 +451,28 @@ static inline bool prism_anticipated(const struct prism_think *th, u64 now,
 {
 	return window && th->last_done && th->samples >= PRISM_THINK_MIN &&
 	       th->mean <= window && now - th->last_done < window;
+}
+
+/*
+ * Whether a tier's sync-write chain is under way at @now: the next link
+ * of a transaction (journal blocks after an fsync's data, the commit
+ * record after them, the waiter's next write after the cache flush)
+ * follows the last within the window, so the bulk tier is kept out of
+ * the device meanwhile. @th times the gaps from each sync-write (or
+ * flush) completion of the tier to the next request any tier above LOW
+ * issued; th->last_done is the last such completion. A tier whose gaps
+ * are longer than the window is never waited for, as for anticipation.
+ *
+ * Apart from prism_anticipated() because on a disk with a write cache a
+ * bulk write let into a gap completes at once, and the flush that ends
+ * the chain then waits while the disk writes it to the media: the link
+ * pays for every bulk write that entered the cache since the last flush,
+ * not for one request's service.
+ */
+static inline bool prism_chained(const struct prism_think *th, u64 now,
+				 u64 window)
+{
+	return prism_anticipated(th, now, window);
 }
 
 /*

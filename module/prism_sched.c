@@ -76,6 +76,7 @@
 #include "blk-mq.h"
 #include "blk-mq-debugfs.h"
 #include "blk-mq-sched.h"
+#include "blk-wbt.h"
 
 #include "prism_compat.h"
 #include "prism_policy.h"
@@ -238,6 +239,19 @@ struct prism_tier_queue {
 	u64 done_ns;
 	struct prism_think think;
 	bool flush_seen;	/* a flush of its chain was in the device */
+	/*
+	 * Its sync-write chain (see prism_chained()). sync_done_ns: ktime of
+	 * its last sync-write completion, written locklessly by
+	 * finish_request() like done_ns, moved forward under the lock while
+	 * a flush that followed it is in the device (chain_flush) and when
+	 * that flush leaves. chain: the gaps from each such time to the next
+	 * request of a tier above LOW, sampled once per completion
+	 * (chain_sampled: the sync_done_ns last sampled), under the lock.
+	 */
+	u64 sync_done_ns;
+	u64 chain_sampled;
+	struct prism_think chain;
+	bool chain_flush;
 	/*
 	 * Its rate cap (rate_kbps), under the lock: the bucket, and how many
 	 * times dispatch found it empty with requests queued.
@@ -949,6 +963,30 @@ static inline void prism_update_order(struct prism_data *pd,
 }
 
 /*
+ * A request of a tier above LOW arrived (or a flush was seen in the
+ * device): the next link of any sync-write chain whose last completion
+ * has not been followed yet. The clock is read (into *@now, if not yet)
+ * only when one is pending.
+ */
+static void prism_chain_link(struct prism_data *pd, u64 *now)
+{
+	int t;
+
+	for (t = PRISM_HIGH; t < PRISM_LOW; t++) {
+		struct prism_tier_queue *tq = &pd->tier[t];
+		u64 done = READ_ONCE(tq->sync_done_ns);
+
+		if (!done || done == tq->chain_sampled)
+			continue;
+		if (!*now)
+			*now = ktime_get_ns();
+		tq->chain_sampled = done;
+		tq->chain.last_done = done;
+		prism_think_sample(&tq->chain, *now);
+	}
+}
+
+/*
  * First entry of a request into prism: classify it, find its flow, feed
  * the flow's stream and record its thread's tier for limit_depth(). The
  * flow is the submitting process: prepare_request() ran in the submitting
@@ -1014,9 +1052,15 @@ static unsigned long prism_first_insert(struct prism_data *pd,
 	 * prism_want_time()) and the think time decides anything.
 	 */
 	owned = prism_owned(tq);
-	if (tier != PRISM_LOW && !owned && prism_lower_owned(pd, tier)) {
-		tq->think.last_done = READ_ONCE(tq->done_ns);
-		prism_think_sample(&tq->think, ktime_get_ns());
+	if (tier != PRISM_LOW) {
+		u64 now = 0;
+
+		if (!owned && prism_lower_owned(pd, tier)) {
+			now = ktime_get_ns();
+			tq->think.last_done = READ_ONCE(tq->done_ns);
+			prism_think_sample(&tq->think, now);
+		}
+		prism_chain_link(pd, &now);
 	}
 	WRITE_ONCE(tq->inserted, tq->inserted + 1);
 	if (++owned > tq->max_owned)
@@ -1346,6 +1390,47 @@ static u32 prism_foreign_inflight(struct request_queue *q, u32 ours)
 }
 
 /*
+ * Whether @tq's sync-write chain is under way, for a view in which LOW is
+ * the highest tier queued and @tq has nothing in flight. A flush in the
+ * device within the chain's window is its next link (an fsync's cache
+ * flush, the journal's commit record): the chain's time moves to now
+ * while it is there, and once more when it has left, so that the link
+ * after it (the commit record after the preflush, the waiter's next
+ * write after the last flush) still finds the window open.
+ */
+static void prism_view_chain(struct prism_data *pd, struct request_queue *q,
+			     struct prism_tier_queue *tq,
+			     struct prism_tier_view *v,
+			     const struct prism_flight *f, u64 *now,
+			     u64 *window)
+{
+	u64 done = READ_ONCE(tq->sync_done_ns);
+
+	if (!done)
+		return;
+	if (!*now)
+		*now = ktime_get_ns();
+	if (!*window)
+		*window = prism_window(&pd->depth, prism_tun(pd),
+				       !blk_queue_nonrot(q));
+	if (f->foreign && *now - done < *window) {
+		/* A link: timed from the completion before it. */
+		prism_chain_link(pd, now);
+		tq->chain_flush = true;
+		done = *now;
+		WRITE_ONCE(tq->sync_done_ns, done);
+		WRITE_ONCE(tq->last_done, jiffies);
+	} else if (!f->foreign && tq->chain_flush) {
+		tq->chain_flush = false;
+		done = *now;
+		WRITE_ONCE(tq->sync_done_ns, done);
+		WRITE_ONCE(tq->last_done, jiffies);
+	}
+	tq->chain.last_done = done;
+	v->chained = prism_chained(&tq->chain, *now, *window);
+}
+
+/*
  * Fill in the in-flight part of the view: what each tier has in the
  * device, whether a tier above @first (the highest with requests queued)
  * is anticipated, and the requests of others in the device. The clock and
@@ -1369,6 +1454,7 @@ static void prism_view_flight(struct prism_data *pd, struct request_queue *q,
 	for (t = 0; t < PRISM_NR_TIERS; t++) {
 		view[t].inflight = prism_inflight(&pd->tier[t]);
 		view[t].anticipated = false;
+		view[t].chained = false;
 		view[t].flushing = false;
 		ours += view[t].inflight;
 		if (t < first && (view[t].inflight ||
@@ -1384,6 +1470,8 @@ static void prism_view_flight(struct prism_data *pd, struct request_queue *q,
 		struct prism_tier_queue *tq = &pd->tier[t];
 		u64 done;
 
+		if (first == PRISM_LOW && !view[t].inflight)
+			prism_view_chain(pd, q, tq, &view[t], f, now, window);
 		if (view[t].inflight ||
 		    (tq->think.samples < PRISM_THINK_MIN && !f->foreign)) {
 			/*
@@ -1441,6 +1529,9 @@ static u64 prism_window_end(struct prism_data *pd,
 		u64 e = pd->tier[t].think.last_done + window;
 
 		if (view[t].anticipated && (!end || e < end))
+			end = e;
+		e = pd->tier[t].chain.last_done + window;
+		if (view[t].chained && (!end || e < end))
 			end = e;
 	}
 	return end;
@@ -1574,8 +1665,12 @@ static void prism_hold(struct prism_data *pd, struct blk_mq_hw_ctx *hctx,
 	if (!pd->idle_since) {
 		int t;
 
-		/* The device idles from now for the highest anticipated tier. */
-		for (t = 0; t < PRISM_NR_TIERS - 1 && !view[t].anticipated; t++)
+		/*
+		 * The device idles from now for the highest anticipated (or
+		 * chained) tier.
+		 */
+		for (t = 0; t < PRISM_NR_TIERS - 1 && !view[t].anticipated &&
+			    !view[t].chained; t++)
 			;
 		pd->idle_since = now;
 		pd->idle_tier = t;
@@ -1690,7 +1785,7 @@ static bool prism_tier_alone(struct prism_data *pd,
 	for (t = 0; t < tier; t++) {
 		struct prism_tier_queue *tq = &pd->tier[t];
 
-		if (prism_inflight(tq) || tq->flush_seen)
+		if (prism_inflight(tq) || tq->flush_seen || tq->chain_flush)
 			return false;
 		if (!READ_ONCE(tq->done_ns))
 			continue;	/* never timed: never anticipated */
@@ -2019,8 +2114,15 @@ found:
 		} else if (tier == PRISM_LOW &&
 			   !prism_inflight(&pd->tier[PRISM_HIGH]) &&
 			   !prism_inflight(&pd->tier[PRISM_NORMAL]) &&
-			   prism_inflight(tq) == 1) {
-			/* Alone in the device: its time is its service. */
+			   prism_inflight(tq) == 1 &&
+			   (rq_data_dir(rq) == READ || !prism_write_back(q))) {
+			/*
+			 * Alone in the device: its time is its service. Not
+			 * a write a volatile cache takes in, which completes
+			 * in microseconds and costs its media time later, to
+			 * the flush that ends a higher tier's chain: as the
+			 * window's base it would close every window at once.
+			 */
 			st |= PRISM_RQ_IDLE_DEV;
 		}
 		st = prism_learn_stamp(pd, rq, st);
@@ -2197,6 +2299,8 @@ static noinline void prism_finish_timed(struct prism_data *pd,
 		done = ktime_get_ns();
 	if (st & PRISM_RQ_TIMED) {
 		WRITE_ONCE(tq->done_ns, done);
+		if (st & PRISM_RQ_SYNC_FIFO)
+			WRITE_ONCE(tq->sync_done_ns, done);
 		prism_lat_add(rq, done, (st & PRISM_RQ_SOLO) ? &pd->lat.solo :
 							       &pd->lat.all);
 	} else if (st & PRISM_RQ_IDLE_DEV) {
@@ -2471,6 +2575,16 @@ static int prism_init_sched(struct request_queue *q, struct elevator_type *e)
 
 	/* One queue for the whole device, as mq-deadline: priority is global. */
 	blk_queue_flag_set(QUEUE_FLAG_SQ_SCHED, q);
+	/*
+	 * Writeback throttling counts a write from its submission to its
+	 * completion, so the writes prism holds back (LOW's, below a higher
+	 * tier's chain) fill its single limit for the disk, and the next
+	 * write of every task waits in wbt before prism ever sees it: a
+	 * HIGH fsync's data write waited 11.6 ms there behind held bulk
+	 * writes (emulated HDD, wbt allowing one write in flight). bfq turns
+	 * it off for the same reason; writing wbt_lat_usec turns it on.
+	 */
+	prism_wbt_off(q, eq);
 
 	q->elevator = eq;
 	return 0;
@@ -2484,6 +2598,7 @@ static void prism_exit_sched(struct elevator_queue *e)
 	/* The queue is frozen and quiesced: no dispatch re-arms it now. */
 	hrtimer_cancel(&pd->window_timer);
 	hrtimer_cancel(&pd->rate_timer);
+	prism_wbt_default(pd->q, e);
 	spin_lock(&pd->lock);
 	WARN_ON_ONCE(!list_empty(&pd->dispatch));
 	for (f = 0; f < PRISM_FLOW_SLOTS; f++) {

@@ -872,6 +872,59 @@ TEST(lower_tier_held_while_higher_anticipated)
 	CHECK_EQ(hold, PRISM_HOLD_NONE);
 }
 
+TEST(a_sync_write_chain_holds_low_but_not_normal)
+{
+	CHOOSE_SETUP;
+	enum prism_hold hold;
+
+	/* HIGH's fsync data is written; its journal comes from jbd2, BE3. */
+	view_set(v, PRISM_LOW, PRISM_WRITE, 50, 10);
+	v[PRISM_HIGH].chained = true;
+	CHECK(!mech_choose(v, &b, &t, &unlimited, 20, &c, &hold));
+	CHECK_EQ(hold, PRISM_HOLD_WINDOW);
+	/* The chain's next link, at NORMAL, is not held for it. */
+	view_set(v, PRISM_NORMAL, PRISM_SYNC_WRITE, 1, 15);
+	CHECK(mech_choose(v, &b, &t, &unlimited, 20, &c, &hold));
+	CHECK_EQ(c.tier, PRISM_NORMAL);
+	/* A NORMAL chain (the journal's own) holds LOW as well. */
+	view_clear(v);
+	view_set(v, PRISM_LOW, PRISM_READ, 50, 10);
+	v[PRISM_NORMAL].chained = true;
+	CHECK(!mech_choose(v, &b, &t, &unlimited, 20, &c, &hold));
+	CHECK_EQ(hold, PRISM_HOLD_WINDOW);
+	/* Aging passes the chain: LOW never starves. */
+	CHECK(mech_choose(v, &b, &t, &unlimited, 10 + t.prio_aging_expire,
+			  &c, &hold));
+	CHECK_EQ(c.tier, PRISM_LOW);
+	CHECK(c.aged);
+	/* The chain over, LOW goes. */
+	v[PRISM_NORMAL].chained = false;
+	CHECK(mech_choose(v, &b, &t, &unlimited, 20, &c, &hold));
+	CHECK_EQ(c.tier, PRISM_LOW);
+}
+
+TEST(a_chain_is_waited_for_only_while_its_links_come_quickly)
+{
+	struct prism_think th = { 0 };
+	int i;
+
+	/* Journal blocks 0.4 ms after the data, the flush 0.3 ms after. */
+	for (i = 0; i < PRISM_THINK_MIN; i++) {
+		th.last_done = (100 + i) * MS;
+		CHECK(!prism_chained(&th, th.last_done + 1, 8 * MS));
+		prism_think_sample(&th, th.last_done + 400 * US);
+	}
+	th.last_done = 200 * MS;
+	CHECK(prism_chained(&th, 200 * MS + 7 * MS, 8 * MS));
+	CHECK(!prism_chained(&th, 200 * MS + 8 * MS, 8 * MS));
+	/* An O_SYNC writer that thinks 20 ms between writes: never. */
+	for (i = 0; i < PRISM_THINK_SAMPLES; i++) {
+		th.last_done = (300 + 30 * i) * MS;
+		prism_think_sample(&th, th.last_done + 20 * MS);
+	}
+	CHECK(!prism_chained(&th, th.last_done + 1, 8 * MS));
+}
+
 TEST(lower_tier_held_while_the_device_is_full)
 {
 	CHOOSE_SETUP;
