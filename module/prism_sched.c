@@ -3211,8 +3211,8 @@ static int prism_cost_show(void *data, struct seq_file *m)
 }
 
 /*
- * The in-flight control: per tier what is in the device and the think
- * time; the depth controller (times in microseconds); how often dispatch
+ * The in-flight control: per tier what is in the device, the think time
+ * and the sync-write chain's gaps; the depth controller (times in microseconds); how often dispatch
  * held lower tiers back, and how often the window timer ran the queue.
  */
 static int prism_flight_show(void *data, struct seq_file *m)
@@ -3220,7 +3220,8 @@ static int prism_flight_show(void *data, struct seq_file *m)
 	struct request_queue *q = data;
 	struct prism_data *pd = q->elevator->elevator_data;
 	u64 inflight[PRISM_NR_TIERS], think[PRISM_NR_TIERS];
-	u32 samples[PRISM_NR_TIERS];
+	u64 chain[PRISM_NR_TIERS];
+	u32 samples[PRISM_NR_TIERS], chain_samples[PRISM_NR_TIERS];
 	struct prism_depth_ctl d;
 	u64 window, target, held_window, held_depth, held_flow, held_fair;
 	u64 flow_window;
@@ -3231,6 +3232,8 @@ static int prism_flight_show(void *data, struct seq_file *m)
 		inflight[t] = prism_inflight(&pd->tier[t]);
 		think[t] = pd->tier[t].think.mean;
 		samples[t] = pd->tier[t].think.samples;
+		chain[t] = pd->tier[t].chain.mean;
+		chain_samples[t] = pd->tier[t].chain.samples;
 	}
 	d = pd->depth;
 	window = prism_window(&d, prism_tun(pd), !blk_queue_nonrot(q));
@@ -3242,11 +3245,12 @@ static int prism_flight_show(void *data, struct seq_file *m)
 	flow_window = prism_flow_window_now(pd, prism_tun(pd));
 	spin_unlock(&pd->lock);
 
-	seq_puts(m, "tier inflight think_us think_samples\n");
+	seq_puts(m, "tier inflight think_us think_samples chain_us chain_samples\n");
 	for (t = 0; t < PRISM_NR_TIERS; t++)
-		seq_printf(m, "%s %llu %llu %u\n", prism_tier_name[t],
+		seq_printf(m, "%s %llu %llu %u %llu %u\n", prism_tier_name[t],
 			   inflight[t], div_u64(think[t], NSEC_PER_USEC),
-			   samples[t]);
+			   samples[t], div_u64(chain[t], NSEC_PER_USEC),
+			   chain_samples[t]);
 	seq_printf(m, "device_depth=%u lower_limit=%u window_us=%llu target_us=%llu bulk_us=%llu bulk_samples=%u solo_us=%llu solo_samples=%u floor_us=%llu floor_samples=%u lat_us=%llu cuts=%llu held_window=%llu held_depth=%llu window_runs=%lld flow_window_us=%llu held_flow=%llu held_fair=%llu\n",
 		   prism_device_depth(q), d.limit,
 		   div_u64(window, NSEC_PER_USEC),

@@ -344,6 +344,88 @@ def check_anticipation_hdd(ctx) -> dict:
             "reader_moves_every_second": reader_moves, "settled": settled, "runs": runs}
 
 
+# blk-wbt's enable_state, as its debugfs file "enabled" shows it (6.1 and
+# 6.12 alike; 6.1's wbt_lat_usec shows the latency even while it is off).
+WBT_ON_DEFAULT, WBT_OFF_DEFAULT = 1, 3
+
+
+def wbt_state(dev: str) -> int:
+    return int((g.DEBUGFS / "block" / dev / "rqos" / "wbt" / "enabled").read_text())
+
+
+# sync_chain_hdd's scheduler tags, as a SATA disk behind AHCI has (and the
+# bench's hdd profile): at virtio's default of 2 for this depth-1 disk,
+# NORMAL and LOW share one tag, and a held bulk write keeps it from jbd2,
+# whose journal blocks are the chain's next link.
+CHAIN_NR_REQUESTS = 64
+
+
+def check_sync_chain_hdd(ctx) -> dict:
+    """fsync'd appends at BE0 beside a BE7 writer of random 4 KiB blocks
+    with an fsync every 1024 (seed 002's fsync isolation, ext4, the
+    HDD's write cache on): without holding the writer's writes out of the
+    appender's chains the disk's cache fills between links and each flush
+    waits for all of it (prism kept 0.84x none's fsyncs before). prism
+    must complete at least 1.5 times as many appender fsyncs as none in
+    the same boot (interleaved, twice each; CHAIN_NR_REQUESTS tags), the
+    writer must still reach the disk (prism's LOW dispatches), the books
+    balance; and writeback throttling is off under prism and back on once
+    it leaves."""
+    dev = ctx["hdd"]
+    mnt = Path("chain-fs").resolve()
+    mnt.mkdir(exist_ok=True)
+    g.set_scheduler(dev, "mq-deadline")
+    wbt_default = wbt_state(dev)
+    g.set_scheduler(dev, "prism")
+    wbt_prism = wbt_state(dev)
+    g.set_scheduler(dev, "none")
+    wbt_after = wbt_state(dev)
+    g.sh(f"mkfs.ext4 -q -F -E lazy_itable_init=0,lazy_journal_init=0 /dev/{dev} 512M")
+    g.sh(f"mount -t ext4 /dev/{dev} {mnt}")
+    runs = []
+    try:
+        for rep in range(2):
+            for sched in ("none", "prism"):
+                g.sh(f"sync; blockdev --flushbufs /dev/{dev}")
+                g.set_scheduler(dev, sched)
+                if sched == "prism":
+                    # A SATA disk's 64 (see CHAIN_NR_REQUESTS).
+                    (g.SYS_BLOCK / dev / "queue" / "nr_requests").write_text(
+                        f"{CHAIN_NR_REQUESTS}\n")
+                low_before = (g.prism_tiers(dev)["low"]["dispatched"]
+                              if sched == "prism" else 0)
+                args = ["--exitall", "--time_based=1", "--runtime=8",
+                        "--group_reporting=0", f"--directory={mnt}", "--ioengine=psync",
+                        "--name=appender", "--rw=write", "--bs=4k", "--size=16M",
+                        "--fsync=1", "--prioclass=2", "--prio=0",
+                        "--name=bulk", "--rw=randwrite", "--bs=4k", "--size=128M",
+                        "--fsync=1024", "--prioclass=2", "--prio=7"]
+                rep_out = g.fio(args=args, timeout=300)
+                appender = next(j for j in rep_out["jobs"] if j["jobname"] == "appender")
+                rec = {"sched": sched, "rep": rep,
+                       "fsyncs": appender["sync"]["total_ios"]}
+                if sched == "prism":
+                    rec["books"] = conservation(dev)     # waits for the queue to drain
+                    rec["low_dispatched"] = (g.prism_tiers(dev)["low"]["dispatched"]
+                                             - low_before)
+                runs.append(rec)
+    finally:
+        g.sh(f"umount {mnt}", check=False)
+    fsyncs = {s: sum(r["fsyncs"] for r in runs if r["sched"] == s) for s in ("none", "prism")}
+    ratio = fsyncs["prism"] / max(fsyncs["none"], 1)
+    prism_runs = [r for r in runs if r["sched"] == "prism"]
+    bulk_moves = all(r["low_dispatched"] > 0 for r in prism_runs)
+    balanced = all(r["books"]["balanced"] for r in prism_runs)
+    wbt_ok = (wbt_default == WBT_ON_DEFAULT and wbt_prism == WBT_OFF_DEFAULT
+              and wbt_after == WBT_ON_DEFAULT)
+    return {"ok": ratio >= 1.5 and bulk_moves and balanced and wbt_ok,
+            "fsync_ratio": ratio, "fsyncs": fsyncs, "bulk_reaches_the_disk": bulk_moves,
+            "balanced": balanced,
+            "wbt_state": {"mq-deadline": wbt_default, "prism": wbt_prism,
+                          "none after": wbt_after},
+            "runs": runs}
+
+
 # cost_learn_hdd's sequential reads: (KiB, percent of the requests).
 LEARN_SEQ_MIX = ((64, 30), (256, 40), (1024, 30))
 
@@ -1540,6 +1622,7 @@ CHECKS = [
     ("verify_nvme", lambda ctx: check_verify(ctx, "nvme")),
     ("drive_hdd", check_drive_hdd),
     ("anticipation_hdd", check_anticipation_hdd),
+    ("sync_chain_hdd", check_sync_chain_hdd),
     ("flow_idle_hdd", check_flow_idle_hdd),
     ("flow_idle_queueing", check_flow_idle_queueing),
     ("fair_depth", check_fair_depth),
