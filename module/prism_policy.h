@@ -1123,6 +1123,20 @@ static inline bool prism_flow_limit_may(u64 total, u32 nr_requests, u32 pct)
 }
 
 /*
+ * Whether a flow's wait gives way (bfq injects its wakers' I/O the same
+ * way): not while another flow of its tier (@v: the tier's view; the
+ * waited flow has nothing queued) has sync writes queued. Those are most
+ * likely the waited flow's own chain, issued by a helper: an fsync's
+ * journal blocks come from jbd2, in the committer's tier by default
+ * (BE3 and BE4 are both NORMAL), and the committer's next request only
+ * comes once they are written. Waiting would hold the link it waits for.
+ */
+static inline bool prism_flow_wait_yields(const struct prism_tier_view *v)
+{
+	return v->dir[PRISM_SYNC_WRITE].queued;
+}
+
+/*
  * Whether the open batch's turn has room left to wait for its flow: the
  * same bounds as its going on (fifo_batch requests, quantum of cost).
  */

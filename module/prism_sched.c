@@ -1732,8 +1732,9 @@ static bool prism_flow_can_allocate(struct prism_data *pd,
 
 /*
  * The batch's flow, if it has nothing queued and is expected back, and
- * waiting for it can pay on a device of @depth: its view then says so
- * (flow_waits), and prism_choose() may hold for it.
+ * waiting for it can pay on a device of @depth, and no other flow of its
+ * tier has sync writes queued (prism_flow_wait_yields()): its view then
+ * says so (flow_waits), and prism_choose() may hold for it.
  */
 static struct prism_flow *prism_flow_waited(struct prism_data *pd,
 					    struct prism_tier_view *view,
@@ -1745,7 +1746,9 @@ static struct prism_flow *prism_flow_waited(struct prism_data *pd,
 		return NULL;
 	fl = &pd->flows[pd->batch.flow];
 	if (!fl->key || fl->tier != pd->batch.tier || fl->fq.backlogged ||
-	    (throttled & BIT(fl->tier)) || !prism_flow_can_allocate(pd, fl))
+	    (throttled & BIT(fl->tier)) ||
+	    prism_flow_wait_yields(&view[fl->tier]) ||
+	    !prism_flow_can_allocate(pd, fl))
 		return NULL;
 	fl->wait_window = prism_flow_idle_window(depth,
 						 !blk_queue_nonrot(pd->q),

@@ -903,6 +903,20 @@ TEST(a_sync_write_chain_holds_low_but_not_normal)
 	CHECK_EQ(c.tier, PRISM_LOW);
 }
 
+TEST(a_flow_wait_gives_way_to_sync_writes_of_its_tier)
+{
+	struct prism_tier_view v[PRISM_NR_TIERS];
+
+	view_clear(v);
+	/* The committer waited for: reads of another flow do not matter. */
+	view_set(v, PRISM_NORMAL, PRISM_READ, 3, 10);
+	view_set(v, PRISM_NORMAL, PRISM_WRITE, 3, 10);
+	CHECK(!prism_flow_wait_yields(&v[PRISM_NORMAL]));
+	/* jbd2's journal blocks, the committer's next link, are queued. */
+	view_set(v, PRISM_NORMAL, PRISM_SYNC_WRITE, 1, 12);
+	CHECK(prism_flow_wait_yields(&v[PRISM_NORMAL]));
+}
+
 TEST(a_chain_is_waited_for_only_while_its_links_come_quickly)
 {
 	struct prism_think th = { 0 };
