@@ -2585,7 +2585,8 @@ static int prism_init_sched(struct request_queue *q, struct elevator_type *e)
 	 * write of every task waits in wbt before prism ever sees it: a
 	 * HIGH fsync's data write waited 11.6 ms there behind held bulk
 	 * writes (emulated HDD, wbt allowing one write in flight). bfq turns
-	 * it off for the same reason; writing wbt_lat_usec turns it on.
+	 * it off for the same reason; writing wbt_lat_usec (a value other
+	 * than the one it holds) turns it on.
 	 */
 	prism_wbt_off(q, eq);
 
