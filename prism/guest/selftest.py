@@ -283,6 +283,22 @@ def per_second_ios(log: Path) -> list[int]:
     return secs[1:-1]
 
 
+@contextlib.contextmanager
+def fresh_ext4(dev: str, name: str, size: str):
+    """A fresh ext4 of @size on /dev/@dev, mounted on ./@name (made under
+    none, so no scheduler's tunables shape mkfs), unmounted afterwards
+    however the block ends. Yields the mount point."""
+    mnt = Path(name).resolve()
+    mnt.mkdir(exist_ok=True)
+    g.set_scheduler(dev, "none")
+    g.sh(f"mkfs.ext4 -q -F -E lazy_itable_init=0,lazy_journal_init=0 /dev/{dev} {size}")
+    g.sh(f"mount -t ext4 /dev/{dev} {mnt}")
+    try:
+        yield mnt
+    finally:
+        g.sh(f"umount {mnt}", check=False)
+
+
 def check_anticipation_hdd(ctx) -> dict:
     """A commit chain keeps its pace beside an IDLE reader on the HDD: a
     process appending 4 KiB with an fsync each (ext4, default priority)
@@ -294,13 +310,8 @@ def check_anticipation_hdd(ctx) -> dict:
     reader must complete I/O in every second under prism, and prism's
     books balance with nothing left in flight."""
     dev = ctx["hdd"]
-    mnt = Path("hdd-fs").resolve()
-    mnt.mkdir(exist_ok=True)
-    g.set_scheduler(dev, "none")
-    g.sh(f"mkfs.ext4 -q -F -E lazy_itable_init=0,lazy_journal_init=0 /dev/{dev} 256M")
-    g.sh(f"mount -t ext4 /dev/{dev} {mnt}")
     runs = []
-    try:
+    with fresh_ext4(dev, "hdd-fs", "256M") as mnt:
         for rep in range(2):
             for sched in ("none", "prism"):
                 g.set_scheduler(dev, sched)
@@ -326,8 +337,6 @@ def check_anticipation_hdd(ctx) -> dict:
                     rec["books"] = conservation(dev)     # waits for the queue to drain
                     rec["flight"] = g.prism_flight(dev)
                 runs.append(rec)
-    finally:
-        g.sh(f"umount {mnt}", check=False)
 
     def total(sched, key):
         return sum(r[key] for r in runs if r["sched"] == sched)
@@ -374,13 +383,8 @@ def check_sync_chain_hdd(ctx) -> dict:
     writer must still reach the disk (prism's LOW dispatches), and the
     books balance."""
     dev = ctx["hdd"]
-    mnt = Path("chain-fs").resolve()
-    mnt.mkdir(exist_ok=True)
-    g.set_scheduler(dev, "none")
-    g.sh(f"mkfs.ext4 -q -F -E lazy_itable_init=0,lazy_journal_init=0 /dev/{dev} 512M")
-    g.sh(f"mount -t ext4 /dev/{dev} {mnt}")
     runs = []
-    try:
+    with fresh_ext4(dev, "chain-fs", "512M") as mnt:
         for rep in range(CHAIN_REPS):
             for sched in ("none", "prism"):
                 g.sh(f"sync; blockdev --flushbufs /dev/{dev}")
@@ -406,8 +410,6 @@ def check_sync_chain_hdd(ctx) -> dict:
                     rec["low_dispatched"] = (g.prism_tiers(dev)["low"]["dispatched"]
                                              - low_before)
                 runs.append(rec)
-    finally:
-        g.sh(f"umount {mnt}", check=False)
     fsyncs = {s: sum(r["fsyncs"] for r in runs if r["sched"] == s) for s in ("none", "prism")}
     ratio = fsyncs["prism"] / max(fsyncs["none"], 1)
     prism_runs = [r for r in runs if r["sched"] == "prism"]
