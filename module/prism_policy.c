@@ -67,6 +67,8 @@ void prism_tunables_init(struct prism_tunables *t, unsigned int hz)
 	/* No rate caps: a cap wastes the device when nothing else wants it. */
 	for (i = 0; i < PRISM_NR_TIERS; i++)
 		t->rate_kbps[i] = 0;
+	/* Background writeback is bulk work, whoever's it is. */
+	t->writeback_low = true;
 }
 
 bool prism_tunables_valid(const struct prism_tunables *t)
@@ -521,6 +523,29 @@ void prism_think_sample(struct prism_think *th, u64 now)
 		th->mean += (think - th->mean) / th->samples;
 	else
 		th->mean -= (th->mean - think) / th->samples;
+}
+
+/*
+ * One gap of a sync-write chain (see prism_chained()): the think time, and
+ * whether it ended within @window (0: not known yet, left as it was).
+ */
+void prism_chain_sample(struct prism_think *th, u64 now, u64 window)
+{
+	u64 gap;
+	u32 hit;
+
+	if (!th->last_done)
+		return;
+	prism_think_sample(th, now);
+	if (!window)
+		return;
+	gap = now > th->last_done ? now - th->last_done : 0;
+	hit = gap <= window ? PRISM_QUICK_ONE : 0;
+	/* The same weights as the mean's: 1/1, 1/2, ... then 1/8. */
+	if (hit >= th->quick)
+		th->quick += (hit - th->quick) / th->samples;
+	else
+		th->quick -= (th->quick - hit) / th->samples;
 }
 
 static void ewma(u64 *mean, u64 sample)

@@ -149,6 +149,14 @@ struct prism_tunables {
 	 * the cost model), indexed by tier; 0: no cap. HIGH's is unused.
 	 */
 	u32 rate_kbps[PRISM_NR_TIERS];
+	/*
+	 * writeback_low: background writeback (writes nobody waits for: the
+	 * flusher's, for the dirty thresholds and for age) is queued in LOW,
+	 * whatever the flusher's priority, so that it is served by LOW's
+	 * share and kept out of a sync-write chain's gaps (see
+	 * prism_classify_rq()).
+	 */
+	bool writeback_low;
 };
 
 #define PRISM_AUTO		(-1)
@@ -297,6 +305,29 @@ static inline enum prism_tier prism_classify(unsigned int ioprio_class,
 	}
 }
 
+/*
+ * The tier of a request: its I/O priority's, except for background
+ * writeback with writeback_low set. The flusher issues that writeback at
+ * its own priority (the default, NORMAL), not at that of whoever dirtied
+ * the pages, and nobody waits for it; left in NORMAL it fills every gap of
+ * a transaction in that tier (a commit's data write, journal blocks and
+ * flushes), and on a disk with a write cache each cache flush then waits
+ * while the drive writes it all out. In LOW it is held out of those gaps
+ * and gets LOW's share of the device, as the transaction issue asks of
+ * background writeback. Writes someone waits for (fsync's, sync's,
+ * O_DIRECT's: REQ_SYNC, FUA, PREFLUSH) and swap-out keep their
+ * submitter's tier.
+ */
+static inline enum prism_tier prism_classify_rq(unsigned int ioprio_class,
+						unsigned int level,
+						bool background,
+						const struct prism_tunables *t)
+{
+	if (background && t->writeback_low)
+		return PRISM_LOW;
+	return prism_classify(ioprio_class, level, t);
+}
+
 bool prism_tunables_valid(const struct prism_tunables *t);
 
 void prism_batch_reset(struct prism_batch *b);
@@ -437,9 +468,17 @@ struct prism_think {
 	u64 last_done;		/* ns of the tier's last completion, 0: none */
 	u64 mean;		/* ns */
 	u32 samples;
+	/*
+	 * Chains only (prism_chain_sample()): the part of the gaps that
+	 * ended within the window, weighted as the mean, in 1/PRISM_QUICK_ONE.
+	 */
+	u32 quick;
 };
 
+#define PRISM_QUICK_ONE		1024
+
 void prism_think_sample(struct prism_think *th, u64 now);
+void prism_chain_sample(struct prism_think *th, u64 now, u64 window);
 
 /*
  * Whether a tier is anticipated at @now: it completed a request less than
@@ -467,12 +506,18 @@ static inline bool prism_anticipated(const struct prism_think *th, u64 now,
  * bulk write let into a gap completes at once, and the flush that ends
  * the chain then waits while the disk writes it to the media: the link
  * pays for every bulk write that entered the cache since the last flush,
- * not for one request's service.
+ * not for one request's service. So a chain is waited for while at least
+ * half of its gaps end within the window (th->quick), whatever the
+ * others' length: a committer preempted now and then (its next write
+ * comes 50 ms late) has a mean gap above the window, and judged by the
+ * mean it would lose every gap, each costing a flush many times a
+ * window, for want of idling through a few windows in vain.
  */
 static inline bool prism_chained(const struct prism_think *th, u64 now,
 				 u64 window)
 {
-	return prism_anticipated(th, now, window);
+	return window && th->last_done && th->samples >= PRISM_THINK_MIN &&
+	       th->quick >= PRISM_QUICK_ONE / 2 && now - th->last_done < window;
 }
 
 /*

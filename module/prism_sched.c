@@ -380,6 +380,7 @@ struct prism_data {
 	int front_merges;
 	int sort_mode;
 	u32 flow_depth;		/* the tunable, for limit_depth()'s fast path */
+	bool writeback_low;	/* the same */
 
 	/*
 	 * Latency histograms (debugfs "latency"), per tier and direction, in
@@ -670,11 +671,26 @@ static bool prism_lower_owned(struct prism_data *pd, enum prism_tier tier)
 	return tier != PRISM_LOW && prism_owned(&pd->tier[PRISM_LOW]);
 }
 
-static enum prism_tier prism_tier_of(const struct prism_tunables *t,
-				     unsigned short ioprio)
+/*
+ * Background writeback: a write nobody waits for (not REQ_SYNC, FUA or
+ * PREFLUSH), the flusher's for the dirty thresholds and for age, whose
+ * requests go on the background-write FIFO. Not REQ_BACKGROUND, which
+ * ext4 never sets. Swap-out is left out: a task short of memory waits
+ * for it.
+ */
+static inline bool prism_op_background(blk_opf_t opf)
 {
-	return prism_classify(IOPRIO_PRIO_CLASS(ioprio),
-			      IOPRIO_PRIO_LEVEL(ioprio), t);
+	return (opf & REQ_OP_MASK) == REQ_OP_WRITE && !op_is_sync(opf) &&
+	       !(opf & REQ_SWAP);
+}
+
+/* The tier of an I/O with priority @ioprio and flags @opf. */
+static enum prism_tier prism_tier_of(const struct prism_tunables *t,
+				     unsigned short ioprio, blk_opf_t opf)
+{
+	return prism_classify_rq(IOPRIO_PRIO_CLASS(ioprio),
+				 IOPRIO_PRIO_LEVEL(ioprio),
+				 prism_op_background(opf), t);
 }
 
 static u32 prism_rq_weight(struct request *rq)
@@ -982,7 +998,9 @@ static void prism_chain_link(struct prism_data *pd, u64 *now)
 			*now = ktime_get_ns();
 		tq->chain_sampled = done;
 		tq->chain.last_done = done;
-		prism_think_sample(&tq->chain, *now);
+		prism_chain_sample(&tq->chain, *now,
+				   prism_window(&pd->depth, prism_tun(pd),
+						pd->rotational));
 	}
 }
 
@@ -1006,7 +1024,7 @@ static unsigned long prism_first_insert(struct prism_data *pd,
 {
 	const struct prism_tunables *t = prism_tun(pd);
 	unsigned short ioprio = req_get_ioprio(rq);
-	enum prism_tier tier = prism_tier_of(t, ioprio);
+	enum prism_tier tier = prism_tier_of(t, ioprio, rq->cmd_flags);
 	struct prism_tier_queue *tq = &pd->tier[tier];
 	unsigned long st = (unsigned long)tier << PRISM_RQ_TIER_SHIFT;
 	u32 pid = (u32)(unsigned long)rq->elv.priv[1];
@@ -2232,7 +2250,7 @@ static noinline void prism_limit_depth_slow(struct prism_data *pd,
 	rcu_read_lock();
 	t = &rcu_dereference(pd->tun)->t;
 	if (tier == PRISM_NR_TIERS)
-		tier = prism_tier_of(t, get_current_ioprio());
+		tier = prism_tier_of(t, get_current_ioprio(), data->cmd_flags);
 	depth = prism_tier_limit(pd, t, tier, nr, now);
 	fdepth = prism_flow_limit(pd, t, tier, nr, prism_owned_total(pd));
 	rcu_read_unlock();
@@ -2260,8 +2278,11 @@ static void prism_limit_depth(blk_opf_t opf, struct blk_mq_alloc_data *data)
 	u32 pid = current->pid;
 	enum prism_tier tier;
 
-	tier = prism_alloc_tier(READ_ONCE(pd->recent[prism_recent_slot(pid)]),
-				pid, PRISM_NR_TIERS);
+	if (prism_op_background(opf) && READ_ONCE(pd->writeback_low))
+		tier = PRISM_LOW;
+	else
+		tier = prism_alloc_tier(READ_ONCE(pd->recent[prism_recent_slot(pid)]),
+					pid, PRISM_NR_TIERS);
 	if (tier != PRISM_NR_TIERS &&
 	    !prism_higher_active(pd, tier, now) &&
 	    !prism_flow_limit_may(prism_owned_total(pd), nr,
@@ -2398,7 +2419,8 @@ static void prism_completed_request(struct request *rq, u64 now)
 static struct prism_flow *prism_bio_flow(struct prism_data *pd,
 					 struct bio *bio)
 {
-	enum prism_tier tier = prism_tier_of(prism_tun(pd), bio->bi_ioprio);
+	enum prism_tier tier = prism_tier_of(prism_tun(pd), bio->bi_ioprio,
+					     bio->bi_opf);
 
 	return prism_flow_find(pd, prism_flow_key(current->tgid, tier));
 }
@@ -2551,6 +2573,7 @@ static int prism_init_sched(struct request_queue *q, struct elevator_type *e)
 	prism_tunables_init(&tun->t, HZ);
 	RCU_INIT_POINTER(pd->tun, tun);
 	pd->flow_depth = tun->t.flow_depth;
+	pd->writeback_low = tun->t.writeback_low;
 	pd->flows = flows;
 	for (f = 0; f < PRISM_NR_FLOWS; f++)
 		prism_flow_reset(pd, &flows[f], 0, 0, PRISM_NORMAL);
@@ -2668,6 +2691,7 @@ enum prism_attr_id {
 	PRISM_ATTR_COST_MODEL,
 	PRISM_ATTR_NORMAL_RATE_KBPS,
 	PRISM_ATTR_LOW_RATE_KBPS,
+	PRISM_ATTR_WRITEBACK_LOW,
 };
 
 /* An hour: longer deadlines mean none; shown values stay within int. */
@@ -2714,6 +2738,7 @@ static const struct prism_attr_range prism_attr_ranges[] = {
 	[PRISM_ATTR_COST_MODEL]		= { 0, 1 },
 	[PRISM_ATTR_NORMAL_RATE_KBPS]	= { 0, INT_MAX },
 	[PRISM_ATTR_LOW_RATE_KBPS]	= { 0, INT_MAX },
+	[PRISM_ATTR_WRITEBACK_LOW]	= { 0, 1 },
 };
 
 /*
@@ -2806,6 +2831,8 @@ static int prism_attr_get(struct prism_data *pd, const struct prism_tunables *t,
 		return t->rate_kbps[PRISM_NORMAL];
 	case PRISM_ATTR_LOW_RATE_KBPS:
 		return t->rate_kbps[PRISM_LOW];
+	case PRISM_ATTR_WRITEBACK_LOW:
+		return t->writeback_low;
 	}
 	return 0;
 }
@@ -2933,6 +2960,9 @@ static ssize_t prism_attr_store(struct elevator_queue *e, const char *page,
 		case PRISM_ATTR_LOW_RATE_KBPS:
 			t.rate_kbps[PRISM_LOW] = val;
 			break;
+		case PRISM_ATTR_WRITEBACK_LOW:
+			t.writeback_low = val;
+			break;
 		default:
 			break;
 		}
@@ -2945,6 +2975,7 @@ static ssize_t prism_attr_store(struct elevator_queue *e, const char *page,
 	new->t = t;
 	old = rcu_replace_pointer(pd->tun, new, lockdep_is_held(&pd->lock));
 	WRITE_ONCE(pd->flow_depth, t.flow_depth);
+	WRITE_ONCE(pd->writeback_low, t.writeback_low);
 	prism_model_update(pd);
 	if (id == PRISM_ATTR_FRONT_MERGES)
 		WRITE_ONCE(pd->front_merges, val);
@@ -3005,6 +3036,7 @@ PRISM_ATTR(cost_wrandiops, PRISM_ATTR_COST_WRANDIOPS)
 PRISM_ATTR(cost_model, PRISM_ATTR_COST_MODEL)
 PRISM_ATTR(normal_rate_kbps, PRISM_ATTR_NORMAL_RATE_KBPS)
 PRISM_ATTR(low_rate_kbps, PRISM_ATTR_LOW_RATE_KBPS)
+PRISM_ATTR(writeback_low, PRISM_ATTR_WRITEBACK_LOW)
 
 #define PRISM_ATTR_ENTRY(name) \
 	__ATTR(name, 0644, prism_##name##_show, prism_##name##_store)
@@ -3040,6 +3072,7 @@ static struct elv_fs_entry prism_attrs[] = {
 	PRISM_ATTR_ENTRY(cost_model),
 	PRISM_ATTR_ENTRY(normal_rate_kbps),
 	PRISM_ATTR_ENTRY(low_rate_kbps),
+	PRISM_ATTR_ENTRY(writeback_low),
 	__ATTR_NULL
 };
 
@@ -3226,6 +3259,7 @@ static int prism_flight_show(void *data, struct seq_file *m)
 	u64 inflight[PRISM_NR_TIERS], think[PRISM_NR_TIERS];
 	u64 chain[PRISM_NR_TIERS];
 	u32 samples[PRISM_NR_TIERS], chain_samples[PRISM_NR_TIERS];
+	u32 chain_quick[PRISM_NR_TIERS];
 	struct prism_depth_ctl d;
 	u64 window, target, held_window, held_depth, held_flow, held_fair;
 	u64 flow_window;
@@ -3238,6 +3272,7 @@ static int prism_flight_show(void *data, struct seq_file *m)
 		samples[t] = pd->tier[t].think.samples;
 		chain[t] = pd->tier[t].chain.mean;
 		chain_samples[t] = pd->tier[t].chain.samples;
+		chain_quick[t] = pd->tier[t].chain.quick;
 	}
 	d = pd->depth;
 	window = prism_window(&d, prism_tun(pd), !blk_queue_nonrot(q));
@@ -3249,12 +3284,13 @@ static int prism_flight_show(void *data, struct seq_file *m)
 	flow_window = prism_flow_window_now(pd, prism_tun(pd));
 	spin_unlock(&pd->lock);
 
-	seq_puts(m, "tier inflight think_us think_samples chain_us chain_samples\n");
+	seq_puts(m, "tier inflight think_us think_samples chain_us chain_samples chain_quick_pct\n");
 	for (t = 0; t < PRISM_NR_TIERS; t++)
-		seq_printf(m, "%s %llu %llu %u %llu %u\n", prism_tier_name[t],
+		seq_printf(m, "%s %llu %llu %u %llu %u %u\n", prism_tier_name[t],
 			   inflight[t], div_u64(think[t], NSEC_PER_USEC),
 			   samples[t], div_u64(chain[t], NSEC_PER_USEC),
-			   chain_samples[t]);
+			   chain_samples[t],
+			   chain_quick[t] * 100 / PRISM_QUICK_ONE);
 	seq_printf(m, "device_depth=%u lower_limit=%u window_us=%llu target_us=%llu bulk_us=%llu bulk_samples=%u solo_us=%llu solo_samples=%u floor_us=%llu floor_samples=%u lat_us=%llu cuts=%llu held_window=%llu held_depth=%llu window_runs=%lld flow_window_us=%llu held_flow=%llu held_fair=%llu\n",
 		   prism_device_depth(q), d.limit,
 		   div_u64(window, NSEC_PER_USEC),

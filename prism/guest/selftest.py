@@ -56,6 +56,7 @@ TUNABLES = {
     "cost_wrandiops": (0, 150, 0, 10000000),
     "normal_rate_kbps": (0, 51200, 0, 2**31 - 1),
     "low_rate_kbps": (0, 20480, 0, 2**31 - 1),
+    "writeback_low": (1, 0, 0, 1),
 }
 # Tunables that take a keyword: (default, every keyword offered).
 KEYWORD_TUNABLES = {
@@ -184,7 +185,8 @@ VERIFY_TUNABLES: dict[str, dict[str, int | str]] = {
     "virtio": {"cost_model": "auto", "quantum_us": 2000, "flow_depth": 10},
     "nvme": {"quantum_us": 100, "flow_depth": 1, "cost_rrandiops": 200,
              "cost_rkbps": 100000, "cost_wkbps": 90000, "cost_wrandiops": 150,
-             "low_rate_kbps": 102400, "flow_idle_us": 1000},
+             "low_rate_kbps": 102400, "flow_idle_us": 1000,
+             "writeback_low": 0},
 }
 
 
@@ -431,6 +433,66 @@ def check_wbt_off(ctx) -> dict:
         states[sched] = wbt_state(dev)
     return {"ok": states == {"mq-deadline": WBT_ON_DEFAULT, "prism": WBT_OFF_DEFAULT,
                              "none": WBT_ON_DEFAULT}, "states": states}
+
+
+@contextlib.contextmanager
+def dirty_background(nbytes: int):
+    """The flusher's background threshold at @nbytes for the block, the
+    kernel's own setting (a ratio, or bytes) back afterwards."""
+    vm = Path("/proc/sys/vm")
+    ratio = (vm / "dirty_background_ratio").read_text()
+    old = (vm / "dirty_background_bytes").read_text()
+    (vm / "dirty_background_bytes").write_text(f"{nbytes}\n")
+    try:
+        yield
+    finally:
+        if int(old):
+            (vm / "dirty_background_bytes").write_text(old)
+        else:
+            (vm / "dirty_background_ratio").write_text(ratio)
+
+
+def dirty_kib() -> int:
+    """Page cache waiting for writeback or under it, in KiB."""
+    info = dict(line.split(":", 1) for line in
+                Path("/proc/meminfo").read_text().splitlines())
+    return sum(int(info[k].split()[0]) for k in ("Dirty", "Writeback"))
+
+
+# writeback_low's buffered write and the background threshold it crosses.
+WRITEBACK_MB, WRITEBACK_BACKGROUND_MB = 32, 1
+
+
+def check_writeback_low(ctx) -> dict:
+    """Background writeback goes to LOW by default (writeback_low=1) and
+    to the flusher's own tier, NORMAL, with writeback_low=0: a buffered
+    write of WRITEBACK_MB to the raw disk at the default priority, left
+    to the flusher (background threshold WRITEBACK_BACKGROUND_MB, no
+    sync until the count is taken), must reach the disk mostly as LOW
+    writes, then mostly as NORMAL ones (prism's latency histograms count
+    dispatches by tier and direction; udev's probe reads do not count);
+    the books balance after each."""
+    dev = ctx["virtio"]
+    runs = {}
+    with dirty_background(WRITEBACK_BACKGROUND_MB << 20):
+        for low in (1, 0):
+            g.set_scheduler(dev, "prism", {"writeback_low": low})
+            g.prism_latency_reset(dev)
+            g.sh(f"dd if=/dev/zero of=/dev/{dev} bs=1M count={WRITEBACK_MB} "
+                 "status=none")
+            deadline = time.monotonic() + 60
+            while (dirty_kib() > 2 * (WRITEBACK_BACKGROUND_MB << 10) and
+                   time.monotonic() < deadline):
+                time.sleep(0.2)
+            hists = g.prism_latency(dev)["hists"]
+            runs[low] = {t: sum(hists.get(f"wait {t} write", {}).values())
+                         for t in ("high", "normal", "low")}
+            g.sh(f"sync; blockdev --flushbufs /dev/{dev}")
+            runs[low]["books"] = conservation(dev)["balanced"]
+    on, off = runs[1], runs[0]
+    ok = (on["low"] > 4 * on["normal"] and off["normal"] > 4 * off["low"] and
+          on["books"] and off["books"])
+    return {"ok": ok, "writeback_low=1": on, "writeback_low=0": off}
 
 
 # cost_learn_hdd's sequential reads: (KiB, percent of the requests).
@@ -1631,6 +1693,7 @@ CHECKS = [
     ("anticipation_hdd", check_anticipation_hdd),
     ("sync_chain_hdd", check_sync_chain_hdd),
     ("wbt_off", check_wbt_off),
+    ("writeback_low", check_writeback_low),
     ("flow_idle_hdd", check_flow_idle_hdd),
     ("flow_idle_queueing", check_flow_idle_queueing),
     ("fair_depth", check_fair_depth),
