@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 import time
 import tomllib
@@ -25,7 +26,7 @@ from pathlib import Path
 from . import __version__
 from .bench import plan
 from .common import workloads
-from .common.errors import PrismError, UsageError
+from .common.errors import PrismError, Terminated, UsageError
 from .drives import diskmodel, nbd
 from .guest.system import NVME_SERIAL, VIRTIO_SERIAL
 from .host import blktests, build, insnprof, kernels, pgimage, vm
@@ -455,8 +456,22 @@ def parser() -> argparse.ArgumentParser:
     return ap
 
 
+def _terminate(signum, frame) -> None:
+    raise Terminated(signum)
+
+
+def stop_on_signals() -> None:
+    """Let SIGTERM and SIGHUP stop prism the way Ctrl-C does, through its
+    finally blocks: a `kill` of a running `prism bench` or `prism vm` then
+    also kills the guest and stops the emulated drive's server, instead of
+    leaving them running with the next boot's name on them."""
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _terminate)
+
+
 def main(argv=None) -> int:
     args = parser().parse_args(argv)
+    stop_on_signals()
     try:
         return args.func(args)
     except UsageError as e:
@@ -469,6 +484,9 @@ def main(argv=None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+    except Terminated as e:
+        print(f"prism: stopped by {signal.Signals(e.signum).name}", file=sys.stderr)
+        return 128 + e.signum
 
 
 if __name__ == "__main__":

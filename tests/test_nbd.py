@@ -141,6 +141,57 @@ def test_bad_parameter_file_is_refused(tmp_path):
     assert not (tmp_path / "img").exists()
 
 
+# A stand-in for prism bench around its boot: it starts the emulated HDD's
+# server as the CLI does (SIGTERM and SIGHUP handled as by prism.cli.main),
+# says the server's pid, and waits to be killed.
+_PARENT = """
+import sys, time
+from pathlib import Path
+from prism import cli
+from prism.drives import diskmodel
+from prism.host import vm
+cli.stop_on_signals()
+disk = vm.ModelDisk(diskmodel.HddProfile(), Path(sys.argv[1]))
+disk.start()
+try:
+    print(disk.proc.pid, flush=True)
+    time.sleep(120)
+finally:
+    disk.stop()
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie is gone for our purpose; its parent (init) reaps it.
+    stat = Path(f"/proc/{pid}/stat")
+    return stat.exists() and stat.read_text().split(") ")[1][0] != "Z"
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+def test_the_disk_server_goes_when_prism_is_killed(tmp_path, sig):
+    """kill (SIGTERM) runs prism's cleanup: the server is stopped and the
+    image dropped; kill -9 leaves no cleanup, and the server still goes
+    (it gets SIGTERM when its parent dies)."""
+    parent = subprocess.Popen([sys.executable, "-c", _PARENT, str(tmp_path)],
+                              stdout=subprocess.PIPE, text=True,
+                              env=dict(os.environ, PYTHONPATH=str(REPO)))
+    assert parent.stdout is not None
+    server = int(parent.stdout.readline())
+    assert _alive(server)
+    parent.send_signal(sig)
+    parent.wait(timeout=30)
+    deadline = time.monotonic() + 15
+    while _alive(server) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _alive(server)
+    if sig == signal.SIGTERM:
+        assert not (tmp_path / "disk.img").exists()
+
+
 def test_model_disk_starts_and_stops_its_server(tmp_path):
     """What prism vm --device hdd does around the boot, without the boot."""
     from prism.drives import diskmodel

@@ -10,3 +10,14 @@ class PrismError(Exception):
 
 class UsageError(PrismError):
     pass
+
+
+class Terminated(BaseException):
+    """SIGTERM or SIGHUP arrived (see prism.cli.stop_on_signals): raised in
+    the main thread so that every finally block runs, as for Ctrl-C, and
+    the guest and the disk server go with prism. A BaseException, so that
+    no handler of ordinary errors takes it for one."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum

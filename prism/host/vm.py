@@ -69,6 +69,16 @@ class NvmeDisk(Disk):
         return [f"nvme.io_queue_depth={self.io_queue_depth}"] if self.io_queue_depth else []
 
 
+def _die_with_parent() -> None:
+    """In a child before exec: SIGTERM it when the process that started it
+    dies, even by SIGKILL, when no finally block runs (Linux's
+    PR_SET_PDEATHSIG). A drive server left behind would keep serving a
+    dead boot's image."""
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(1, signal.SIGTERM)   # PR_SET_PDEATHSIG
+
+
 @dataclasses.dataclass
 class ModelDisk:
     """An emulated HDD, SSD or cloud volume: the guest sees a virtio disk, while a host
@@ -133,7 +143,8 @@ class ModelDisk:
         log = open(self.rundir / "disk-server.log", "w")
         self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL,
-                                     env=dict(os.environ, PYTHONPATH=str(REPO)))
+                                     env=dict(os.environ, PYTHONPATH=str(REPO)),
+                                     preexec_fn=_die_with_parent)
         deadline = time.monotonic() + 20
         while not self.socket.exists():
             if self.proc.poll() is not None or time.monotonic() > deadline:
