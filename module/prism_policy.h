@@ -208,6 +208,16 @@ struct prism_flight {
 	u32 depth;		/* requests the driver accepts at once */
 	u32 lower_limit;	/* in flight allowed below an active tier */
 	u32 foreign;		/* in the device but not from prism (flushes) */
+	/*
+	 * Pacing below one request (see prism_depth_ctl.duty): the part of
+	 * the time, in percent, one request of the tiers below may be in the
+	 * device (100: not paced); their service time on an idle device, and
+	 * how long ago each tier's last request left it (ns; filled only
+	 * when paced).
+	 */
+	u32 lower_duty;
+	u64 lower_service;
+	u64 quiet[PRISM_NR_TIERS];
 };
 
 /*
@@ -573,7 +583,7 @@ static inline bool prism_flow_returning(const struct prism_think *th,
  * and again), on the worst sample of the interval: over the target the
  * limit is cut by a quarter, by half when over twice the target; under
  * it the limit grows by one; never below
- * one, never above the device's depth. On a queueing disk (NCQ) a
+ * one (below that, pacing: see duty), never above the device's depth. On a queueing disk (NCQ) a
  * higher-tier read may wait behind a whole queue of sequential bulk
  * reads the drive prefers, a hundred times its service time: the limit
  * must fall in a few steps, and not climb back one step per fast reply.
@@ -608,7 +618,25 @@ struct prism_depth_ctl {
 	u64 bulk;		/* ns, weighted mean */
 	u32 bulk_samples;
 	u64 cuts;		/* statistics: times the limit was cut */
+	/*
+	 * Below one request: at a limit of one and still over the target,
+	 * the tiers below get one request in the device for this part of
+	 * the time (percent; 100: not paced): after each, the device is
+	 * theirs again only once (100 - duty) / duty of their service time
+	 * has passed. Cut by half, not below LOW's share, grown by
+	 * PRISM_DUTY_STEP, like the limit. On a metered volume (a cloud
+	 * disk's IOPS and bandwidth caps) one bulk request in flight at a
+	 * time is already all of it: a 1 MiB read is 62 ms of a 16 MiB/s
+	 * meter, and the next one follows at once; only time between them
+	 * leaves the meter to the higher tier. Only on devices that take
+	 * more than one request: on one that takes one, a higher tier's
+	 * device time is its own service and says nothing of the bulk work.
+	 */
+	u32 duty;
 };
+
+#define PRISM_DUTY_FULL		100
+#define PRISM_DUTY_STEP		10
 
 /* A higher tier silent this long no longer limits the tiers below it. */
 #define PRISM_DEPTH_QUIET	100000000ULL	/* 100 ms */
@@ -625,6 +653,8 @@ void prism_depth_sample(struct prism_depth_ctl *d,
 void prism_depth_idle(struct prism_depth_ctl *d, u64 now, u32 depth,
 		      bool higher_inflight);
 void prism_bulk_sample(struct prism_depth_ctl *d, u64 service);
+u64 prism_paced_gap(u64 service, u32 duty);
+u64 prism_paced_wait(const struct prism_flight *f, int tier);
 
 /*
  * The anticipation window: the tunable, or automatically the service time

@@ -354,6 +354,7 @@ struct prism_data {
 	struct hrtimer rate_timer;	/* runs the queue once a bucket refills */
 	u64 held_window;
 	u64 held_depth;
+	u64 held_paced;		/* depth holds that waited for a paced gap */
 	u64 held_flow;
 	u64 held_fair;		/* holds at a tier's fair_cap */
 	u64 idle_since;		/* ns: a window hold began; 0: none */
@@ -1877,6 +1878,43 @@ static bool prism_fair_full(struct prism_data *pd,
 }
 
 /*
+ * What pacing needs (see prism_depth_ctl.duty): the tiers' service time
+ * on an idle device (unmeasured: none, and pacing only keeps them to one
+ * at a time) and how long ago each tier's last request left the device,
+ * to the jiffy.
+ */
+static void prism_view_paced(struct prism_data *pd, struct prism_flight *f)
+{
+	unsigned long now = jiffies;
+	int t;
+
+	f->lower_service = pd->depth.bulk_samples ? pd->depth.bulk : 0;
+	for (t = 0; t < PRISM_NR_TIERS; t++) {
+		unsigned long done = READ_ONCE(pd->tier[t].last_done);
+
+		f->quiet[t] = done ? jiffies_to_nsecs(now - done) : ~0ULL;
+	}
+}
+
+/*
+ * Paced tiers held for their gap: the queue runs again when it ends, not
+ * only at the next completion. A timer already set (a window, a flow's
+ * wait) ends sooner or runs the queue, which sets this one again.
+ */
+static void prism_paced_hold(struct prism_data *pd,
+			     const struct prism_flight *f)
+{
+	u64 wait = prism_paced_wait(f, PRISM_LOW);
+
+	if (!wait)
+		return;
+	pd->held_paced++;
+	if (!hrtimer_is_queued(&pd->window_timer))
+		hrtimer_start_range_ns(&pd->window_timer, ns_to_ktime(wait),
+				       NSEC_PER_MSEC, HRTIMER_MODE_REL);
+}
+
+/*
  * prism_choose() on the full view of the tiers: false if nothing may be
  * dispatched now, after arranging for the queue to run again (a window,
  * depth, flow or rate hold). The tiers that had requests to offer go to
@@ -1930,12 +1968,17 @@ prism_choose_viewed(struct prism_data *pd, struct blk_mq_hw_ctx *hctx,
 
 	flight.depth = depth;
 	flight.lower_limit = pd->depth.limit;
+	flight.lower_duty = pd->depth.duty;
+	if (flight.lower_duty < PRISM_DUTY_FULL)
+		prism_view_paced(pd, &flight);
 	if (prism_choose(view, &pd->batch, tun, &flight, jiffies, c, &hold))
 		return true;
 	if (hold == PRISM_HOLD_FLOW)
 		prism_flow_hold(pd, hctx, *waited, *now);
 	else if (hold != PRISM_HOLD_NONE)
 		prism_hold(pd, hctx, hold, view, *now, window);
+	if (hold == PRISM_HOLD_DEPTH && flight.lower_duty < PRISM_DUTY_FULL)
+		prism_paced_hold(pd, &flight);
 	if (throttled)
 		prism_rate_hold(pd, tun, throttled, *now);
 	return false;
@@ -3262,7 +3305,7 @@ static int prism_flight_show(void *data, struct seq_file *m)
 	u32 chain_quick[PRISM_NR_TIERS];
 	struct prism_depth_ctl d;
 	u64 window, target, held_window, held_depth, held_flow, held_fair;
-	u64 flow_window;
+	u64 flow_window, held_paced;
 	int t;
 
 	spin_lock(&pd->lock);
@@ -3281,6 +3324,7 @@ static int prism_flight_show(void *data, struct seq_file *m)
 	held_depth = pd->held_depth;
 	held_flow = pd->held_flow;
 	held_fair = pd->held_fair;
+	held_paced = pd->held_paced;
 	flow_window = prism_flow_window_now(pd, prism_tun(pd));
 	spin_unlock(&pd->lock);
 
@@ -3291,7 +3335,7 @@ static int prism_flight_show(void *data, struct seq_file *m)
 			   samples[t], div_u64(chain[t], NSEC_PER_USEC),
 			   chain_samples[t],
 			   chain_quick[t] * 100 / PRISM_QUICK_ONE);
-	seq_printf(m, "device_depth=%u lower_limit=%u window_us=%llu target_us=%llu bulk_us=%llu bulk_samples=%u solo_us=%llu solo_samples=%u floor_us=%llu floor_samples=%u lat_us=%llu cuts=%llu held_window=%llu held_depth=%llu window_runs=%lld flow_window_us=%llu held_flow=%llu held_fair=%llu\n",
+	seq_printf(m, "device_depth=%u lower_limit=%u window_us=%llu target_us=%llu bulk_us=%llu bulk_samples=%u solo_us=%llu solo_samples=%u floor_us=%llu floor_samples=%u lat_us=%llu cuts=%llu held_window=%llu held_depth=%llu window_runs=%lld flow_window_us=%llu held_flow=%llu held_fair=%llu lower_duty=%u held_paced=%llu\n",
 		   prism_device_depth(q), d.limit,
 		   div_u64(window, NSEC_PER_USEC),
 		   div_u64(target, NSEC_PER_USEC),
@@ -3300,7 +3344,8 @@ static int prism_flight_show(void *data, struct seq_file *m)
 		   div_u64(d.floor, NSEC_PER_USEC), d.floor_samples,
 		   div_u64(d.lat, NSEC_PER_USEC), d.cuts, held_window,
 		   held_depth, atomic64_read(&pd->window_runs),
-		   div_u64(flow_window, NSEC_PER_USEC), held_flow, held_fair);
+		   div_u64(flow_window, NSEC_PER_USEC), held_flow, held_fair,
+		   d.duty, held_paced);
 	return 0;
 }
 

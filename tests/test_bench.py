@@ -678,14 +678,15 @@ def test_a_long_plan_gets_the_time_it_needs():
 
 def test_flight_table_reads_prisms_decisions():
     """The report's in-flight table: means over the runs, in ms, "-" for
-    what prism had not measured, holds for a flow, LOW's part served by
-    its share, holds at the fair cap."""
+    what prism had not measured, holds for depth and those that waited
+    for a paced gap, holds for a flow, LOW's part served by its share,
+    holds at the fair cap."""
     flight = {"high": {"inflight": 0, "think_us": 0, "think_samples": 0},
               "normal": {"inflight": 0, "think_us": 2000, "think_samples": 8},
               "low": {"inflight": 0, "think_us": 0, "think_samples": 0},
               "window_us": 15000, "bulk_us": 15000, "bulk_samples": 8, "lower_limit": 1,
               "target_us": 1000, "held_window": 100, "held_depth": 50, "held_flow": 7,
-              "held_fair": 3}
+              "held_fair": 3, "held_paced": 20}
     runs = [{"scheduler": "prism", "prism_flight": dict(flight, window_us=w),
              "prism_tiers": {"low": {"dispatched": 200, "shared": 100}}}
             for w in (14000, 16000)]
@@ -695,8 +696,9 @@ def test_flight_table_reads_prisms_decisions():
     cells = [c.strip() for c in row.strip("|").split("|")]
     assert cells[1].startswith("15.00 ± ")       # window, ms, mean of 14 and 16
     assert cells[2] == "-" and cells[3] == "2.00 ± 0.00"
-    assert cells[4] == "15.00 ± 0.00" and cells[9] == "7 ± 0" and cells[10] == "3 ± 0"
-    assert cells[11] == "50 ± 0 %"
+    assert cells[4] == "15.00 ± 0.00" and cells[8] == "50 ± 0" and cells[9] == "20 ± 0"
+    assert cells[10] == "7 ± 0" and cells[11] == "3 ± 0"
+    assert cells[12] == "50 ± 0 %"
     assert not any(line.startswith("| none |") for line in lines)
     assert report.flight_table([{"scheduler": "none"}]) == []
 

@@ -617,9 +617,9 @@ def flight_table(runs: list[dict]) -> list[str]:
     lines = ["prism's in-flight control at the end of the runs (debugfs `flight`; times in "
              "ms; holds are dispatch calls that held lower tiers back):", "",
              "| scheduler | window | HIGH think | NORMAL think | LOW service | lower limit "
-             "| target | held in window | held for depth | held for a flow | held at fair cap "
-             "| LOW by share |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| target | held in window | held for depth | of which paced | held for a flow "
+             "| held at fair cap | LOW by share |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
 
     def flight(key: str, samples: str | None = None):
         def get(r):
@@ -647,7 +647,8 @@ def flight_table(runs: list[dict]) -> list[str]:
                      f"{col(flight('bulk_us', 'bulk_samples'), 1000, 2)} | "
                      f"{col(flight('lower_limit'), 1, 0)} | "
                      f"{col(flight('target_us'), 1000, 2)} | {col(flight('held_window'), 1, 0)} | "
-                     f"{col(flight('held_depth'), 1, 0)} | {col(flight('held_flow'), 1, 0)} | "
+                     f"{col(flight('held_depth'), 1, 0)} | {col(flight('held_paced'), 1, 0)} | "
+                     f"{col(flight('held_flow'), 1, 0)} | "
                      f"{col(flight('held_fair'), 1, 0)} | {col(shared, 0.01, 0)} % |")
     return lines + [""]
 

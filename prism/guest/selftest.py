@@ -844,6 +844,59 @@ def check_depth_control_cloud(ctx) -> dict:
             "low_mib_s": {s: mean(s, "bw_kib", "low") / 1024 for s in ("none", "prism")},
             "settled": settled, "runs": runs}
 
+def check_pacing_cloud(ctx) -> dict:
+    """On the metered cloud volume, one bulk request in flight is already
+    too many: a 1 MiB read is 8 ms of the 125 MiB/s meter, and the next
+    follows at once. A random reader at the default priority (4 KiB,
+    iodepth 1) beside an IDLE reader of 1 MiB requests (iodepth 16): with
+    the depth controller at one request and the reader still over its
+    target, prism paces the IDLE reader (debugfs held_paced): its mean
+    latency must stay within 2.5x of its own alone (held to one request
+    in flight without pacing, about 5x), and at most a fifth of none's,
+    with the IDLE reader still moving and the books balanced. Same boot,
+    interleaved, twice each."""
+    dev = ctx["cloud"]
+    db = "--rw=randread --bs=4k --iodepth=1 --size=1G"
+    backup = "--rw=read --bs=1M --iodepth=16 --prioclass=3 --offset=1G --size=4G"
+    alone = ["--direct=1", "--ioengine=libaio", "--runtime=6", "--time_based=1",
+             "--ramp_time=1", f"--filename=/dev/{dev}", "--name=high"] + db.split()
+    runs = []
+    for rep in range(2):
+        for sched, backed in (("prism", False), ("none", True), ("prism", True)):
+            g.set_scheduler(dev, sched)
+            if sched != "none":
+                g.write_queue(dev, "nr_requests", 128)
+            before = g.prism_flight(dev)["held_paced"] if sched == "prism" else 0
+            out = g.fio(args=contention_jobs(dev, db, backup, 8) if backed else alone,
+                        timeout=300)
+            rec: dict = {"sched": sched if backed else "alone", "rep": rep,
+                         "high": job(out, "high")}
+            if backed:
+                rec["low"] = job(out, "low")
+            if sched == "prism":
+                rec["books"] = conservation(dev)
+                flight = g.prism_flight(dev)
+                rec["held_paced"] = flight["held_paced"] - before
+                rec["cuts"] = flight["cuts"]
+            runs.append(rec)
+
+    def mean(sched, key, which="high"):
+        return runs_mean(runs, sched, which, key)
+    alone_lat = max(mean("alone", "lat_mean_us"), 1)
+    over_alone = mean("prism", "lat_mean_us") / alone_lat
+    over_none = mean("prism", "lat_mean_us") / max(mean("none", "lat_mean_us"), 1)
+    prism_runs = [r for r in runs if r["sched"] == "prism"]
+    paced = all(r["held_paced"] > 0 for r in prism_runs)
+    low_moves = all(r["low"]["ios"] > 0 for r in prism_runs)
+    balanced = all(r["books"]["balanced"] for r in runs if "books" in r)
+    return {"ok": over_alone <= 2.5 and over_none <= 0.2 and paced and low_moves
+            and balanced,
+            "over_alone": over_alone, "over_none": over_none, "paced": paced,
+            "high_lat_mean_us": {s: mean(s, "lat_mean_us") for s in ("alone", "none", "prism")},
+            "low_mib_s": {s: mean(s, "bw_kib", "low") / 1024 for s in ("none", "prism")},
+            "runs": runs}
+
+
 def check_switch_under_load(ctx, devkey: str = "nullb_verify") -> dict:
     """50 switches among all schedulers while a verifying fio runs."""
     dev = ctx[devkey]
@@ -1766,7 +1819,8 @@ def setup() -> dict:
 
 # The cloud volume's checks run in a boot of their own (cli.cloud_check_disks).
 CLOUD_CHECKS = [("drive_cloud", check_drive_cloud),
-                ("depth_control_cloud", check_depth_control_cloud)]
+                ("depth_control_cloud", check_depth_control_cloud),
+                ("pacing_cloud", check_pacing_cloud)]
 
 
 def setup_cloud() -> dict:

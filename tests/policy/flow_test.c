@@ -1309,6 +1309,7 @@ TEST(choose_alone_matches_choose)
 		f.depth = 4;
 		f.lower_limit = 1 + rand_r(&seed) % 4;
 		f.foreign = full ? 4 : 0;
+		f.lower_duty = PRISM_DUTY_FULL;
 		/* The mechanism says "may wait" whenever flows are idled for. */
 		may_wait = v[tier].flow_waits || rand_r(&seed) % 2;
 		b2 = b1;
@@ -1489,7 +1490,7 @@ static void sim_deep_device(u32 fair_depth, double share[STREAMS])
 		/* Fill the device as far as the policy lets it. */
 		for (;;) {
 			struct prism_tier_view v[PRISM_NR_TIERS];
-			struct prism_flight fl = { depth, depth, 0 };
+			struct prism_flight fl = { .depth = depth, .lower_limit = depth, .foreign = 0, .lower_duty = PRISM_DUTY_FULL };
 			struct prism_choice c;
 			enum prism_hold hold;
 			int id;

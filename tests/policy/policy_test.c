@@ -865,7 +865,7 @@ TEST(anticipated_only_quick_tiers_within_the_window)
 	CHECK(!prism_anticipated(&th, 200 * MS + 1, 2 * MS));
 }
 
-static const struct prism_flight depth1 = { 1, 1, 0 };
+static const struct prism_flight depth1 = { .depth = 1, .lower_limit = 1, .foreign = 0, .lower_duty = PRISM_DUTY_FULL };
 
 TEST(lower_tier_held_while_higher_anticipated)
 {
@@ -992,7 +992,7 @@ TEST(a_chain_with_some_long_gaps_is_still_waited_for)
 TEST(lower_tier_held_while_the_device_is_full)
 {
 	CHOOSE_SETUP;
-	struct prism_flight f = { 4, 4, 0 };
+	struct prism_flight f = { .depth = 4, .lower_limit = 4, .foreign = 0, .lower_duty = PRISM_DUTY_FULL };
 	enum prism_hold hold;
 
 	view_set(v, PRISM_LOW, PRISM_READ, 50, 10);
@@ -1026,7 +1026,7 @@ TEST(lower_tier_held_while_the_device_is_full)
 TEST(a_flush_keeps_its_tier_active)
 {
 	CHOOSE_SETUP;
-	struct prism_flight f = { 2, 2, 1 };
+	struct prism_flight f = { .depth = 2, .lower_limit = 2, .foreign = 1, .lower_duty = PRISM_DUTY_FULL };
 	enum prism_hold hold;
 
 	/* A flush of NORMAL's chain in the device: LOW within the depth. */
@@ -1139,7 +1139,7 @@ static unsigned int simulate_chain(s64 anticipate, unsigned int *low)
 	struct prism_tier_view v[PRISM_NR_TIERS];
 	struct prism_depth_ctl d;
 	struct prism_think th = { 0 };
-	struct prism_flight f = { 1, 1, 0 };
+	struct prism_flight f = { .depth = 1, .lower_limit = 1, .foreign = 0, .lower_duty = PRISM_DUTY_FULL };
 	struct prism_batch b;
 	struct prism_choice c;
 	enum prism_hold hold;
@@ -1300,10 +1300,14 @@ TEST(depth_limit_floor_auto_target_and_release)
 	for (now = 2; now < 5; now++)
 		prism_depth_sample(&d, &t, 2 * MS, true, now * MS, 64);
 	CHECK_EQ(prism_depth_target(&d, &t), 4 * MS);
-	/* Far over it for long: down to one, never zero. */
+	/*
+	 * Far over it for long: down to one, never zero; then paced, down to
+	 * LOW's share of the time.
+	 */
 	for (now = 10 * MS; now < 3000 * MS; now += 1 * MS)
 		prism_depth_sample(&d, &t, 50 * MS, false, now, 64);
 	CHECK_EQ(d.limit, 1);
+	CHECK_EQ(d.duty, t.share[PRISM_LOW]);
 	/*
 	 * A change at most once per target interval; far over the target
 	 * (more than twice) a cut halves the limit, a little over it takes a
@@ -1330,6 +1334,246 @@ TEST(depth_limit_floor_auto_target_and_release)
 	CHECK_EQ(d.limit, 13);
 	prism_depth_idle(&d, 115 * MS + PRISM_DEPTH_QUIET, 64, false);
 	CHECK_EQ(d.limit, 64);
+}
+
+TEST(pacing_below_one_request_halves_grows_and_lifts)
+{
+	struct prism_tunables t = defaults();
+	struct prism_depth_ctl d;
+
+	t.target = 4 * MS;
+	prism_depth_init(&d, 8);
+	CHECK_EQ(d.duty, PRISM_DUTY_FULL);
+	d.limit = 1;
+	/* Over the target at one request: the duty halves, once per interval. */
+	prism_depth_sample(&d, &t, 50 * MS, false, 100 * MS, 8);
+	CHECK_EQ(d.limit, 1);
+	CHECK_EQ(d.duty, 50);
+	prism_depth_sample(&d, &t, 50 * MS, false, 101 * MS, 8);
+	CHECK_EQ(d.duty, 50);
+	prism_depth_sample(&d, &t, 50 * MS, false, 105 * MS, 8);
+	CHECK_EQ(d.duty, 25);
+	/* Not below LOW's share; with no share, not below 1%. */
+	prism_depth_sample(&d, &t, 50 * MS, false, 110 * MS, 8);
+	prism_depth_sample(&d, &t, 50 * MS, false, 115 * MS, 8);
+	CHECK_EQ(d.duty, 10);
+	/*
+	 * Under it: the duty grows back first, then the limit; only on
+	 * samples taken with a lower request in the device.
+	 */
+	prism_depth_sample(&d, &t, 1 * MS, true, 120 * MS, 8);
+	CHECK_EQ(d.duty, 10);
+	prism_depth_sample(&d, &t, 1 * MS, false, 120 * MS, 8);
+	CHECK_EQ(d.duty, 20);
+	CHECK_EQ(d.limit, 1);
+	for (int i = 0; i < 8; i++)
+		prism_depth_sample(&d, &t, 1 * MS, false, (125 + 5 * i) * MS, 8);
+	CHECK_EQ(d.duty, PRISM_DUTY_FULL);
+	CHECK_EQ(d.limit, 1);
+	prism_depth_sample(&d, &t, 1 * MS, false, 170 * MS, 8);
+	CHECK_EQ(d.limit, 2);
+	/* A quiet higher tier lifts both. */
+	d.limit = 1;
+	d.duty = 10;
+	prism_depth_idle(&d, 170 * MS + PRISM_DEPTH_QUIET + 1, 8, false);
+	CHECK_EQ(d.limit, 8);
+	CHECK_EQ(d.duty, PRISM_DUTY_FULL);
+	/* A device that takes one request: nothing to pace against. */
+	prism_depth_init(&d, 1);
+	t.share[PRISM_LOW] = 0;
+	prism_depth_sample(&d, &t, 50 * MS, false, 100 * MS, 1);
+	CHECK_EQ(d.duty, PRISM_DUTY_FULL);
+	prism_depth_init(&d, 8);
+	d.limit = 1;
+	d.duty = 2;
+	prism_depth_sample(&d, &t, 50 * MS, false, 100 * MS, 8);
+	CHECK_EQ(d.duty, 1);
+}
+
+TEST(paced_lower_tier_waits_its_gap_alone)
+{
+	CHOOSE_SETUP;
+	struct prism_flight f = { .depth = 8, .lower_limit = 8, .foreign = 0, .lower_duty = 20, .lower_service = 10 * MS };
+	enum prism_hold hold;
+
+	/* 20% of the time at 10 ms a request: a 40 ms gap after each. */
+	CHECK_EQ(prism_paced_gap(10 * MS, 20), 40 * MS);
+	CHECK_EQ(prism_paced_gap(10 * MS, PRISM_DUTY_FULL), 0);
+	view_set(v, PRISM_LOW, PRISM_READ, 50, 10);
+	v[PRISM_NORMAL].inflight = 1;
+	f.quiet[PRISM_LOW] = 30 * MS;
+	CHECK_EQ(prism_paced_wait(&f, PRISM_LOW), 10 * MS);
+	CHECK(!mech_choose(v, &b, &t, &f, 20, &c, &hold));
+	CHECK_EQ(hold, PRISM_HOLD_DEPTH);
+	f.quiet[PRISM_LOW] = 40 * MS;
+	CHECK(mech_choose(v, &b, &t, &f, 20, &c, &hold));
+	CHECK_EQ(c.tier, PRISM_LOW);
+	/* One at a time, though the limit would allow more. */
+	v[PRISM_LOW].inflight = 1;
+	CHECK(!mech_choose(v, &b, &t, &f, 20, &c, &hold));
+	CHECK_EQ(hold, PRISM_HOLD_DEPTH);
+	/* Nothing above active: not held. */
+	v[PRISM_NORMAL].inflight = 0;
+	CHECK(mech_choose(v, &b, &t, &f, 20, &c, &hold));
+	CHECK_EQ(c.tier, PRISM_LOW);
+	/* Background writeback queued in the tier: its oldest goes instead. */
+	v[PRISM_LOW].inflight = 0;
+	v[PRISM_NORMAL].inflight = 1;
+	f.quiet[PRISM_LOW] = 0;
+	CHECK(!mech_choose(v, &b, &t, &f, 20, &c, &hold));
+	view_set(v, PRISM_LOW, PRISM_WRITE, 5, 10);
+	CHECK(mech_choose(v, &b, &t, &f, 20, &c, &hold));
+	CHECK_EQ(c.tier, PRISM_LOW);
+	CHECK_EQ(c.dir, PRISM_WRITE);
+	CHECK_EQ(c.take, PRISM_TAKE_FIFO);
+	/* ...one at a time. */
+	v[PRISM_LOW].inflight = 1;
+	CHECK(!mech_choose(v, &b, &t, &f, 20, &c, &hold));
+	CHECK_EQ(hold, PRISM_HOLD_DEPTH);
+	view_set(v, PRISM_LOW, PRISM_WRITE, 0, 0);
+	/* Aging passes the pacing. */
+	v[PRISM_NORMAL].inflight = 1;
+	v[PRISM_LOW].inflight = 1;
+	view_set(v, PRISM_LOW, PRISM_READ, 50, 0);
+	CHECK(mech_choose(v, &b, &t, &f, 20 + t.prio_aging_expire + 1, &c,
+			  &hold));
+	CHECK_EQ(c.tier, PRISM_LOW);
+	CHECK(c.aged);
+}
+
+/*
+ * A metered volume: one FIFO meter serving a request at a time, 5 ms for
+ * a database read, 60 ms for a 1 MiB backup read (16 MiB/s), up to 8 in
+ * it. Two database clients at NORMAL, iodepth 1, 1 ms between reads; the
+ * backup in LOW always has reads queued. Held to one in flight, the
+ * backup still takes the meter: each database read waits behind a 1 MiB
+ * read. Paced, the backup has its share of the time.
+ */
+static unsigned int simulate_meter(bool pace, unsigned int *low_min_per_s,
+				   unsigned int *low_total)
+{
+	enum { THINKING, QUEUED, SENT };
+	struct prism_tunables t = defaults();
+	struct prism_tier_view v[PRISM_NR_TIERS];
+	struct prism_depth_ctl d;
+	struct prism_batch b;
+	struct prism_choice c;
+	enum prism_hold hold;
+	int meter[8], owner[8], client[2] = { THINKING, THINKING }, n = 0, i;
+	u64 sent[8], busy_until = 0, client_next[2] = { 200 * MS, 200 * MS };
+	u64 low_done_at = 0, now;
+	bool solo[8];
+	unsigned int normal_done = 0, low_in_s[10] = { 0 };
+
+	/*
+	 * The backup, running alone first, gives its service time. It never
+	 * leaves the meter once the database starts, so no database read is
+	 * solo: the automatic target comes from the moments it does.
+	 */
+	t.target = 10 * MS;
+	prism_depth_init(&d, 8);
+	prism_batch_reset(&b);
+	for (now = 1; now < 10000 * MS; now += 100 * US) {
+		if (n && now >= busy_until) {
+			u64 dev = now - sent[0];
+
+			if (meter[0] == PRISM_NORMAL) {
+				normal_done++;
+				client[owner[0]] = THINKING;
+				client_next[owner[0]] = now + 1 * MS;
+				prism_depth_sample(&d, &t, dev, solo[0], now, 8);
+			} else {
+				low_in_s[now / (1000 * MS)]++;
+				low_done_at = now;
+				if (solo[0])
+					prism_bulk_sample(&d, dev);
+			}
+			n--;
+			memmove(meter, meter + 1, n * sizeof(meter[0]));
+			memmove(owner, owner + 1, n * sizeof(owner[0]));
+			memmove(sent, sent + 1, n * sizeof(sent[0]));
+			memmove(solo, solo + 1, n * sizeof(solo[0]));
+			if (n)
+				busy_until = now + (meter[0] == PRISM_NORMAL ?
+						    5 : 60) * MS;
+		}
+		for (i = 0; i < 2; i++)
+			if (client[i] == THINKING && now >= client_next[i])
+				client[i] = QUEUED;
+		while (n < 8) {
+			struct prism_flight f = { .depth = 8, .lower_limit = d.limit, .foreign = 0 };
+			u32 queued = 0;
+			int tier;
+
+			view_clear(v);
+			view_set(v, PRISM_NORMAL, PRISM_READ,
+				 (client[0] == QUEUED) + (client[1] == QUEUED),
+				 0);
+			view_set(v, PRISM_LOW, PRISM_READ, 100, 0);
+			for (i = 0; i < n; i++)
+				v[meter[i]].inflight++;
+			for (tier = 0; tier < PRISM_NR_TIERS; tier++) {
+				v[tier].dir[PRISM_READ].flow = tier;
+				if (v[tier].dir[PRISM_READ].queued)
+					queued |= 1U << tier;
+				f.quiet[tier] = v[PRISM_LOW].inflight ? 0 :
+						now - low_done_at;
+			}
+			f.lower_duty = pace ? d.duty : PRISM_DUTY_FULL;
+			f.lower_service = d.bulk;
+			if (b.tier >= 0)
+				v[b.tier].batch_left =
+					v[b.tier].dir[b.dir].queued;
+			if (!prism_choose(v, &b, &t, &f, now / 4000000, &c,
+					  &hold))
+				break;
+			if (c.flow < 0) {
+				c.flow = c.tier;
+				prism_choose_in_flow(&v[c.tier], &b, &t,
+						     now / 4000000, &c);
+			}
+			/* The fixed flash model: 36 us and 2.1 ms. */
+			prism_account(&b, &t, queued, &c,
+				      c.tier == PRISM_LOW ? 2100 * US : 36 * US);
+			solo[n] = c.tier == PRISM_LOW ? !n :
+				  !v[PRISM_LOW].inflight;
+			meter[n] = c.tier;
+			owner[n] = -1;
+			sent[n] = now;
+			if (c.tier == PRISM_NORMAL) {
+				i = client[0] == QUEUED ? 0 : 1;
+				client[i] = SENT;
+				owner[n] = i;
+			}
+			if (!n)
+				busy_until = now + (c.tier == PRISM_NORMAL ?
+						    5 : 60) * MS;
+			n++;
+		}
+	}
+	*low_min_per_s = ~0U;
+	*low_total = 0;
+	for (i = 1; i < 10; i++) {
+		if (low_in_s[i] < *low_min_per_s)
+			*low_min_per_s = low_in_s[i];
+		*low_total += low_in_s[i];
+	}
+	return normal_done;
+}
+
+TEST(simulated_meter_pacing_protects_and_keeps_the_backup_moving)
+{
+	unsigned int held, paced, held_low_min, paced_low_min, held_low,
+		     paced_low;
+
+	held = simulate_meter(false, &held_low_min, &held_low);
+	paced = simulate_meter(true, &paced_low_min, &paced_low);
+	fprintf(stderr, "meter: normal %u -> %u, low %u (min %u/s) -> %u (min %u/s)\n",
+		held, paced, held_low, held_low_min, paced_low,
+		paced_low_min);
+	CHECK(paced > 4 * held);
+	CHECK(paced_low_min >= 1);
+	CHECK(held_low > paced_low);
 }
 
 /*
