@@ -646,13 +646,16 @@ void prism_depth_init(struct prism_depth_ctl *d, u32 depth)
 /*
  * How long the device stays free of the tiers below after one of their
  * requests, of @service on an idle device, left it, when they may have
- * one in it @duty percent of the time.
+ * one in it @duty percent of the time; at most PRISM_PACED_GAP_MAX.
  */
 u64 prism_paced_gap(u64 service, u32 duty)
 {
+	u64 gap;
+
 	if (!duty || duty >= PRISM_DUTY_FULL)
 		return 0;
-	return div_u64_u64(service * (PRISM_DUTY_FULL - duty), duty);
+	gap = div_u64_u64(service * (PRISM_DUTY_FULL - duty), duty);
+	return gap < PRISM_PACED_GAP_MAX ? gap : PRISM_PACED_GAP_MAX;
 }
 
 /*

@@ -1399,6 +1399,8 @@ TEST(paced_lower_tier_waits_its_gap_alone)
 	/* 20% of the time at 10 ms a request: a 40 ms gap after each. */
 	CHECK_EQ(prism_paced_gap(10 * MS, 20), 40 * MS);
 	CHECK_EQ(prism_paced_gap(10 * MS, PRISM_DUTY_FULL), 0);
+	/* Never more than half a second. */
+	CHECK_EQ(prism_paced_gap(178 * MS, 10), PRISM_PACED_GAP_MAX);
 	view_set(v, PRISM_LOW, PRISM_READ, 50, 10);
 	v[PRISM_NORMAL].inflight = 1;
 	f.quiet[PRISM_LOW] = 30 * MS;
