@@ -196,14 +196,12 @@ static bool depth_room(const struct prism_tier_view view[PRISM_NR_TIERS],
 }
 
 /*
- * Whether it may enter the device: with room, and, paced (see
- * prism_depth_ctl.duty), only alone and once its gap has passed.
+ * Whether pacing (see prism_depth_ctl.duty) lets one more request of
+ * @tier in: only alone and once its gap has passed.
  */
-static bool depth_allows(const struct prism_tier_view view[PRISM_NR_TIERS],
+static bool paced_allows(const struct prism_tier_view view[PRISM_NR_TIERS],
 			 int tier, const struct prism_flight *f)
 {
-	if (!depth_room(view, tier, f))
-		return false;
 	return f->lower_duty >= PRISM_DUTY_FULL ||
 	       (!inflight_from(view, tier) && !prism_paced_wait(f, tier));
 }
@@ -407,9 +405,12 @@ bool prism_choose(const struct prism_tier_view view[PRISM_NR_TIERS],
 				return false;
 			}
 		}
-		if (!depth_allows(view, tier, f)) {
-			if (depth_room(view, tier, f) &&
-			    !inflight_from(view, tier) &&
+		if (!depth_room(view, tier, f)) {
+			*hold = PRISM_HOLD_DEPTH;
+			return false;
+		}
+		if (!paced_allows(view, tier, f)) {
+			if (!inflight_from(view, tier) &&
 			    pick_writeback(view, tier, c)) {
 				batch_close(b);
 				return true;

@@ -582,8 +582,8 @@ static inline bool prism_flow_returning(const struct prism_think *th,
  * interval (so the requests already in the device do not move it again
  * and again), on the worst sample of the interval: over the target the
  * limit is cut by a quarter, by half when over twice the target; under
- * it the limit grows by one; never below
- * one (below that, pacing: see duty), never above the device's depth. On a queueing disk (NCQ) a
+ * it the limit grows by one; never below one (below that, pacing: see
+ * duty), never above the device's depth. On a queueing disk (NCQ) a
  * higher-tier read may wait behind a whole queue of sequential bulk
  * reads the drive prefers, a hundred times its service time: the limit
  * must fall in a few steps, and not climb back one step per fast reply.

@@ -858,8 +858,6 @@ def check_pacing_cloud(ctx) -> dict:
     dev = ctx["cloud"]
     db = "--rw=randread --bs=4k --iodepth=1 --size=1G"
     backup = "--rw=read --bs=1M --iodepth=16 --prioclass=3 --offset=1G --size=4G"
-    alone = ["--direct=1", "--ioengine=libaio", "--runtime=6", "--time_based=1",
-             "--ramp_time=1", f"--filename=/dev/{dev}", "--name=high"] + db.split()
     runs = []
     for rep in range(2):
         for sched, backed in (("prism", False), ("none", True), ("prism", True)):
@@ -867,8 +865,8 @@ def check_pacing_cloud(ctx) -> dict:
             if sched != "none":
                 g.write_queue(dev, "nr_requests", 128)
             before = g.prism_flight(dev)["held_paced"] if sched == "prism" else 0
-            out = g.fio(args=contention_jobs(dev, db, backup, 8) if backed else alone,
-                        timeout=300)
+            out = g.fio(args=contention_jobs(dev, db, backup, 8) if backed
+                        else contention_jobs(dev, db, None, 6), timeout=300)
             rec: dict = {"sched": sched if backed else "alone", "rep": rep,
                          "high": job(out, "high")}
             if backed:
@@ -991,13 +989,14 @@ def job(report: dict, name: str) -> dict:
     return {k: (0.0 if v is None and k.endswith("_us") else v) for k, v in rec.items()}
 
 
-def contention_jobs(dev: str, high: str, low: str, runtime: int) -> list[str]:
+def contention_jobs(dev: str, high: str, low: str | None, runtime: int) -> list[str]:
     # exitall: when the first job ends the other is stopped, so a starved
     # job cannot run on alone afterwards and have its numbers look fine.
+    # Without @low, the high job alone (its baseline).
     return ["--direct=1", "--ioengine=libaio", f"--runtime={runtime}", "--exitall",
             "--time_based=1", "--ramp_time=1", "--group_reporting=0",
             f"--filename=/dev/{dev}",
-            "--name=high"] + high.split() + ["--name=low"] + low.split()
+            "--name=high"] + high.split() + (["--name=low"] + low.split() if low else [])
 
 
 # Scheduler tags for the contention checks. The kernel's default is twice

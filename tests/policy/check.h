@@ -50,7 +50,9 @@ void register_test(const char *name, void (*fn)(void));
 	static void test_##tname(void)
 
 /* A device with room for everything: no in-flight limit ever applies. */
-static const struct prism_flight unlimited = { .depth = 1U << 30, .lower_limit = 1U << 30, .foreign = 0, .lower_duty = PRISM_DUTY_FULL };
+static const struct prism_flight unlimited = {
+	.depth = 1U << 30, .lower_limit = 1U << 30, .lower_duty = PRISM_DUTY_FULL
+};
 
 /*
  * The mechanism's dispatch decision with one flow per tier (flow id =

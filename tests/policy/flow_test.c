@@ -1490,7 +1490,10 @@ static void sim_deep_device(u32 fair_depth, double share[STREAMS])
 		/* Fill the device as far as the policy lets it. */
 		for (;;) {
 			struct prism_tier_view v[PRISM_NR_TIERS];
-			struct prism_flight fl = { .depth = depth, .lower_limit = depth, .foreign = 0, .lower_duty = PRISM_DUTY_FULL };
+			struct prism_flight fl = {
+				.depth = depth, .lower_limit = depth,
+				.lower_duty = PRISM_DUTY_FULL
+			};
 			struct prism_choice c;
 			enum prism_hold hold;
 			int id;

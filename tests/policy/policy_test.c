@@ -865,7 +865,9 @@ TEST(anticipated_only_quick_tiers_within_the_window)
 	CHECK(!prism_anticipated(&th, 200 * MS + 1, 2 * MS));
 }
 
-static const struct prism_flight depth1 = { .depth = 1, .lower_limit = 1, .foreign = 0, .lower_duty = PRISM_DUTY_FULL };
+static const struct prism_flight depth1 = {
+	.depth = 1, .lower_limit = 1, .lower_duty = PRISM_DUTY_FULL
+};
 
 TEST(lower_tier_held_while_higher_anticipated)
 {
@@ -992,7 +994,9 @@ TEST(a_chain_with_some_long_gaps_is_still_waited_for)
 TEST(lower_tier_held_while_the_device_is_full)
 {
 	CHOOSE_SETUP;
-	struct prism_flight f = { .depth = 4, .lower_limit = 4, .foreign = 0, .lower_duty = PRISM_DUTY_FULL };
+	struct prism_flight f = {
+		.depth = 4, .lower_limit = 4, .lower_duty = PRISM_DUTY_FULL
+	};
 	enum prism_hold hold;
 
 	view_set(v, PRISM_LOW, PRISM_READ, 50, 10);
@@ -1026,7 +1030,10 @@ TEST(lower_tier_held_while_the_device_is_full)
 TEST(a_flush_keeps_its_tier_active)
 {
 	CHOOSE_SETUP;
-	struct prism_flight f = { .depth = 2, .lower_limit = 2, .foreign = 1, .lower_duty = PRISM_DUTY_FULL };
+	struct prism_flight f = {
+		.depth = 2, .lower_limit = 2, .foreign = 1,
+		.lower_duty = PRISM_DUTY_FULL
+	};
 	enum prism_hold hold;
 
 	/* A flush of NORMAL's chain in the device: LOW within the depth. */
@@ -1139,7 +1146,9 @@ static unsigned int simulate_chain(s64 anticipate, unsigned int *low)
 	struct prism_tier_view v[PRISM_NR_TIERS];
 	struct prism_depth_ctl d;
 	struct prism_think th = { 0 };
-	struct prism_flight f = { .depth = 1, .lower_limit = 1, .foreign = 0, .lower_duty = PRISM_DUTY_FULL };
+	struct prism_flight f = {
+		.depth = 1, .lower_limit = 1, .lower_duty = PRISM_DUTY_FULL
+	};
 	struct prism_batch b;
 	struct prism_choice c;
 	enum prism_hold hold;
@@ -1393,7 +1402,10 @@ TEST(pacing_below_one_request_halves_grows_and_lifts)
 TEST(paced_lower_tier_waits_its_gap_alone)
 {
 	CHOOSE_SETUP;
-	struct prism_flight f = { .depth = 8, .lower_limit = 8, .foreign = 0, .lower_duty = 20, .lower_service = 10 * MS };
+	struct prism_flight f = {
+		.depth = 8, .lower_limit = 8, .lower_duty = 20,
+		.lower_service = 10 * MS
+	};
 	enum prism_hold hold;
 
 	/* 20% of the time at 10 ms a request: a 40 ms gap after each. */
@@ -1503,7 +1515,9 @@ static unsigned int simulate_meter(bool pace, unsigned int *low_min_per_s,
 			if (client[i] == THINKING && now >= client_next[i])
 				client[i] = QUEUED;
 		while (n < 8) {
-			struct prism_flight f = { .depth = 8, .lower_limit = d.limit, .foreign = 0 };
+			struct prism_flight f = {
+				.depth = 8, .lower_limit = d.limit
+			};
 			u32 queued = 0;
 			int tier;
 
