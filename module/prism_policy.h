@@ -1362,6 +1362,51 @@ static inline bool prism_choose_alone(struct prism_batch *b,
 }
 
 /*
+ * The direct lane: a request that arrives when nothing it could be
+ * ordered against is queued goes on a plain FIFO that dispatch serves
+ * first, without the fair queue, the shares or the choice. What would
+ * those decide? With nothing else queued, prism_choose() takes the
+ * request as it is (work conservation), so the lane changes what is
+ * booked, not what is dispatched: the flow's virtual time and the tiers'
+ * share credits are not charged for it, as they are not for a flow that
+ * is served the moment it asks. It is for devices with room to spare,
+ * where most dispatches find one request queued, and it costs a third
+ * of a dispatch through the fair queue (prism profile on nullb-cpu).
+ *
+ * It applies only while nothing could have been chosen otherwise:
+ * not @lane_off (see prism_lane_off()); @nr_queued requests queued, all
+ * of them already on the lane (@nr_direct, of @direct_tier); no tier
+ * above @tier active or anticipated (@higher_quiet); and every request
+ * prism owns, this one included (@owned), fits in the device at once
+ * (@depth), so none waits on the lane: a lane that filled on a device
+ * without room would serve its flows in arrival order, not by weight.
+ */
+static inline bool prism_lane_allows(bool lane_off, u32 nr_queued,
+				     u32 nr_direct, int direct_tier, int tier,
+				     bool higher_quiet, u64 owned, u32 depth)
+{
+	return !lane_off && nr_queued == nr_direct &&
+	       (!nr_direct || direct_tier == tier) && higher_quiet &&
+	       owned <= depth;
+}
+
+/*
+ * The lane is closed while any of these decides what is dispatched: the
+ * queue is sorted, flows are idled for (@flow_window), flows of unequal
+ * weights were seen lately (@weights_differ: the fair cap is computed
+ * over the backlogged flows, which the lane's never are), the depth
+ * controller limits (@limit below @depth) or paces (@duty), a tier has a
+ * rate cap or a fair cap (@capped).
+ */
+static inline bool prism_lane_off(bool sorted, u64 flow_window,
+				  bool weights_differ, u32 limit, u32 duty,
+				  u32 depth, bool capped)
+{
+	return sorted || flow_window || weights_differ || limit < depth ||
+	       duty < PRISM_DUTY_FULL || capped;
+}
+
+/*
  * Latency histograms (debugfs "latency"): log-scaled buckets of
  * nanoseconds, two per power of two, so each bucket spans 1.5x or 1.33x
  * of its lower bound. Bucket 0 holds everything below 1024 ns; bucket b

@@ -106,6 +106,7 @@
 #define PRISM_RQ_SYNC_FIFO	BIT(12)	/* a write queued on the sync-write FIFO */
 #define PRISM_RQ_LEARN		BIT(13)	/* timed for the cost learner */
 #define PRISM_RQ_LEARN_SEQ	BIT(14)	/* ... and continued the device's last */
+#define PRISM_RQ_DIRECT		BIT(15)	/* on the direct lane */
 #define PRISM_RQ_TIER_SHIFT	8
 #define PRISM_RQ_TIER_MASK	(3UL << PRISM_RQ_TIER_SHIFT)
 #define PRISM_RQ_FLOW_SHIFT	16	/* its flow's slot, 8 bits */
@@ -226,6 +227,7 @@ struct prism_tier_queue {
 	u64 shared;
 	u64 expired;
 	u64 foreign;		/* inserted but never prepared (6.1 requeues) */
+	u64 direct;		/* dispatched from the direct lane */
 	u64 max_owned;		/* most requests owned at once */
 	u64 started;		/* prepared requests dispatched, less requeued */
 	atomic64_t completed;	/* finished after prism dispatched them */
@@ -313,6 +315,20 @@ struct prism_data {
 	u32 nr_queued;
 	u32 nr_capped;
 	struct list_head dispatch;	/* at-head inserts and requeues */
+	/*
+	 * The direct lane (see prism_lane_allows()): requests queued while
+	 * nothing else was, all of direct_tier, nr_direct of nr_queued,
+	 * served first by dispatch. lane_off: prism_lane_off() as the last
+	 * dispatch found it. lane_spills: the times a request that could
+	 * not take the lane moved the lane's requests onto their flows.
+	 */
+	struct list_head direct;
+	u32 nr_direct;
+	int direct_tier;
+	bool lane_off;
+	u64 lane_spills;
+	bool rate_capped;	/* a rate cap is set (rate_kbps) */
+	u32 fair_capped;	/* tiers with a fair cap in force, by bit */
 	struct prism_tier_queue tier[PRISM_NR_TIERS];
 	struct prism_batch batch;
 	sector_t head_pos;		/* end of the last dispatched request */
@@ -686,7 +702,7 @@ static inline bool prism_op_background(blk_opf_t opf)
 }
 
 /* The tier of an I/O with priority @ioprio and flags @opf. */
-static enum prism_tier prism_tier_of(const struct prism_tunables *t,
+static __always_inline enum prism_tier prism_tier_of(const struct prism_tunables *t,
 				     unsigned short ioprio, blk_opf_t opf)
 {
 	return prism_classify_rq(IOPRIO_PRIO_CLASS(ioprio),
@@ -811,7 +827,9 @@ static __always_inline void prism_remove_request(struct prism_data *pd,
 		q->last_merge = NULL;
 
 	if (st & PRISM_RQ_QUEUED) {
-		if (st & PRISM_RQ_AT_HEAD) {
+		if (st & PRISM_RQ_DIRECT) {
+			pd->nr_direct--;
+		} else if (st & PRISM_RQ_AT_HEAD) {
 			tq->queued_head--;
 		} else {
 			struct prism_flow *fl = prism_rq_flow(pd, st);
@@ -825,13 +843,51 @@ static __always_inline void prism_remove_request(struct prism_data *pd,
 		prism_queued_add(pd, -1);
 	}
 	prism_rq_set_state(rq, st & ~(PRISM_RQ_QUEUED | PRISM_RQ_AT_HEAD |
-				      PRISM_RQ_SORTED));
+				      PRISM_RQ_SORTED | PRISM_RQ_DIRECT));
 }
 
 static void prism_sort_add(struct prism_flow *fl, struct request *rq)
 {
 	elv_rb_add(&fl->sort[prism_rq_dir(rq)], rq);
 	prism_rq_set_state(rq, prism_rq_state(rq) | PRISM_RQ_SORTED);
+}
+
+/*
+ * Queue @rq, counted in nr_queued and with its state (QUEUED, SYNC_FIFO)
+ * set, on its flow's FIFO, and in the sort tree if sorting: its flow is
+ * backlogged in the tier's fair queue.
+ */
+static void prism_flow_queue(struct prism_data *pd, struct request *rq)
+{
+	unsigned long st = prism_rq_state(rq);
+	struct prism_tier_queue *tq = &pd->tier[prism_rq_tier_of_state(st)];
+	struct prism_flow *fl = prism_rq_flow(pd, st);
+	int fifo = prism_rq_fifo(rq);
+
+	list_add_tail(&rq->queuelist, &fl->fifo[fifo]);
+	tq->queued[fifo]++;
+	fl->queued[fifo]++;
+	prism_flow_activate(pd, fl, rq);
+	if (pd->sorted)
+		prism_sort_add(fl, rq);
+}
+
+/*
+ * Something is to be queued that may not take the direct lane, or the
+ * order changed: the lane's requests join their flows' FIFOs first, in
+ * their order, so that dispatch chooses among all of them.
+ */
+static noinline void prism_lane_spill(struct prism_data *pd)
+{
+	struct request *rq, *next;
+
+	list_for_each_entry_safe(rq, next, &pd->direct, queuelist) {
+		list_del_init(&rq->queuelist);
+		prism_rq_set_state(rq, prism_rq_state(rq) & ~PRISM_RQ_DIRECT);
+		prism_flow_queue(pd, rq);
+	}
+	pd->nr_direct = 0;
+	pd->lane_spills++;
 }
 
 /*
@@ -953,6 +1009,9 @@ static noinline void prism_order_changed(struct prism_data *pd,
 	pd->sorted = sorted;
 	if (!sorted)
 		return;	/* stale tree entries leave as they are dispatched */
+	pd->lane_off = true;
+	if (pd->nr_direct)
+		prism_lane_spill(pd);	/* sorted below with the rest */
 	for (f = 0; f < PRISM_FLOW_SLOTS; f++)
 		for (d = 0; d < PRISM_NR_FIFOS; d++)
 			list_for_each_entry(rq, &pd->flows[f].fifo[d], queuelist)
@@ -964,8 +1023,9 @@ static noinline void prism_order_changed(struct prism_data *pd,
  * Re-read the dispatch order from sort_mode and the queue's rotational
  * flag, which a driver or the user may change at any time. When sorting
  * is switched on, queued requests enter the trees so that none is missed.
- * The cost model follows the rotational flag too. On every insert and
- * dispatch: the check inline, the change out of line.
+ * The cost model follows the rotational flag too. On every dispatch that
+ * chooses (see prism_insert_requests()): the check inline, the change out
+ * of line.
  */
 static inline void prism_update_order(struct prism_data *pd,
 				      struct request_queue *q)
@@ -985,7 +1045,21 @@ static inline void prism_update_order(struct prism_data *pd,
  * has not been followed yet. The clock is read (into *@now, if not yet)
  * only when one is pending.
  */
-static void prism_chain_link(struct prism_data *pd, u64 *now)
+static noinline void prism_chain_sample_link(struct prism_data *pd,
+					     struct prism_tier_queue *tq,
+					     u64 done, u64 *now)
+{
+	if (!*now)
+		*now = ktime_get_ns();
+	tq->chain_sampled = done;
+	tq->chain.last_done = done;
+	prism_chain_sample(&tq->chain, *now,
+			   prism_window(&pd->depth, prism_tun(pd),
+					pd->rotational));
+}
+
+/* The test inline, on every insert; the sample out of line. */
+static __always_inline void prism_chain_link(struct prism_data *pd, u64 *now)
 {
 	int t;
 
@@ -993,15 +1067,8 @@ static void prism_chain_link(struct prism_data *pd, u64 *now)
 		struct prism_tier_queue *tq = &pd->tier[t];
 		u64 done = READ_ONCE(tq->sync_done_ns);
 
-		if (!done || done == tq->chain_sampled)
-			continue;
-		if (!*now)
-			*now = ktime_get_ns();
-		tq->chain_sampled = done;
-		tq->chain.last_done = done;
-		prism_chain_sample(&tq->chain, *now,
-				   prism_window(&pd->depth, prism_tun(pd),
-						pd->rotational));
+		if (done && done != tq->chain_sampled)
+			prism_chain_sample_link(pd, tq, done, now);
 	}
 }
 
@@ -1021,7 +1088,7 @@ static void prism_chain_link(struct prism_data *pd, u64 *now)
  * share of dispatched.
  */
 static unsigned long prism_first_insert(struct prism_data *pd,
-					struct request *rq)
+					struct request *rq, u64 *owned_now)
 {
 	const struct prism_tunables *t = prism_tun(pd);
 	unsigned short ioprio = req_get_ioprio(rq);
@@ -1084,7 +1151,84 @@ static unsigned long prism_first_insert(struct prism_data *pd,
 	WRITE_ONCE(tq->inserted, tq->inserted + 1);
 	if (++owned > tq->max_owned)
 		tq->max_owned = owned;
+	*owned_now = owned;
 	return st | PRISM_RQ_SEEN;
+}
+
+/* Requests the driver accepts at once, over all hardware queues. */
+static u32 prism_device_depth(struct request_queue *q)
+{
+	return q->tag_set->queue_depth * q->nr_hw_queues;
+}
+
+/*
+ * No tier above @tier has requests in the device, a flush of its chain
+ * there, or a completion recent enough to be anticipated (to the jiffy,
+ * rounded so that the answer errs towards no). Counters only, no clock.
+ */
+static noinline bool prism_recently_done(struct prism_data *pd,
+					 const struct prism_tunables *tun,
+					 struct request_queue *q,
+					 struct prism_tier_queue *tq)
+{
+	unsigned long window = nsecs_to_jiffies(prism_window(&pd->depth, tun,
+							     !blk_queue_nonrot(q))) + 2;
+
+	return time_before(jiffies, READ_ONCE(tq->last_done) + window);
+}
+
+static __always_inline bool prism_tier_quiet(struct prism_data *pd,
+					     const struct prism_tunables *tun,
+					     struct request_queue *q,
+					     struct prism_tier_queue *tq)
+{
+	if (prism_inflight(tq) || tq->flush_seen || tq->chain_flush)
+		return false;
+	/* Never timed: never anticipated. */
+	return !READ_ONCE(tq->done_ns) || !prism_recently_done(pd, tun, q, tq);
+}
+
+/* Unrolled: this runs on every insert and on most dispatches. */
+static __always_inline bool prism_higher_quiet(struct prism_data *pd,
+					       const struct prism_tunables *tun,
+					       struct request_queue *q,
+					       int tier)
+{
+	if (tier == PRISM_HIGH)
+		return true;
+	if (!prism_tier_quiet(pd, tun, q, &pd->tier[PRISM_HIGH]))
+		return false;
+	return tier == PRISM_NORMAL ||
+	       prism_tier_quiet(pd, tun, q, &pd->tier[PRISM_NORMAL]);
+}
+
+/*
+ * Whether a request of @tier, first inserted and making @owned requests
+ * its tier owns, may take the direct lane (prism_lane_allows(), which
+ * decides; the cheap tests are made first). The tiers above own nothing
+ * when it is asked: nothing of theirs is queued (the lane holds all that
+ * is) and nothing in flight (prism_higher_quiet()), so what prism owns is
+ * @owned and the tiers' below.
+ */
+static bool prism_lane_may(struct prism_data *pd, struct request_queue *q,
+			   int tier, u64 owned)
+{
+	const struct prism_tunables *tun;
+	bool quiet;
+
+	if (pd->lane_off || pd->nr_queued != pd->nr_direct ||
+	    (pd->nr_direct && pd->direct_tier != tier) || pd->idle_since)
+		return false;
+	tun = prism_tun(pd);
+	quiet = prism_higher_quiet(pd, tun, q, tier);
+	if (quiet && tier != PRISM_LOW) {
+		owned += prism_owned(&pd->tier[PRISM_LOW]);
+		if (tier == PRISM_HIGH)
+			owned += prism_owned(&pd->tier[PRISM_NORMAL]);
+	}
+	return prism_lane_allows(pd->lane_off, pd->nr_queued, pd->nr_direct,
+				 pd->direct_tier, tier, quiet, owned,
+				 prism_device_depth(q));
 }
 
 static void prism_insert_request(struct prism_data *pd, struct request_queue *q,
@@ -1095,7 +1239,8 @@ static void prism_insert_request(struct prism_data *pd, struct request_queue *q,
 	struct prism_tier_queue *tq;
 	struct prism_flow *fl;
 	bool requeue = false;
-	int fifo;
+	u64 owned = 0;
+	int tier;
 
 	lockdep_assert_held(&pd->lock);
 
@@ -1112,7 +1257,7 @@ static void prism_insert_request(struct prism_data *pd, struct request_queue *q,
 		}
 		st &= ~(PRISM_RQ_QUEUED | PRISM_RQ_AT_HEAD | PRISM_RQ_SORTED);
 	} else {
-		st = prism_first_insert(pd, rq);
+		st = prism_first_insert(pd, rq, &owned);
 		tq = &pd->tier[prism_rq_tier_of_state(st)];
 		/*
 		 * A foreign request only reaches insert through a driver
@@ -1150,21 +1295,28 @@ static void prism_insert_request(struct prism_data *pd, struct request_queue *q,
 		prism_rq_set_state(rq, st);
 		return;
 	}
-	fl = prism_rq_flow(pd, st);
-	fifo = prism_rq_fifo_class(rq);
-	list_add_tail(&rq->queuelist, &fl->fifo[fifo]);
-	tq->queued[fifo]++;
-	fl->queued[fifo]++;
-	prism_flow_activate(pd, fl, rq);
-	prism_queued_add(pd, 1);
 	st |= PRISM_RQ_QUEUED;
-	if (fifo == PRISM_SYNC_WRITE)
+	if (prism_rq_fifo_class(rq) == PRISM_SYNC_WRITE)
 		st |= PRISM_RQ_SYNC_FIFO;
 	else
 		st &= ~PRISM_RQ_SYNC_FIFO;
-	prism_rq_set_state(rq, st);
-	if (pd->sorted)
-		prism_sort_add(fl, rq);
+	tier = prism_rq_tier_of_state(st);
+	if (prism_lane_may(pd, q, tier, owned)) {
+		/* Weights still noted: see prism_note_weight(). */
+		fl = prism_rq_flow(pd, st);
+		prism_note_weight(pd, tq, prism_flow_slot(pd, fl),
+				  prism_rq_weight(rq));
+		list_add_tail(&rq->queuelist, &pd->direct);
+		pd->nr_direct++;
+		pd->direct_tier = tier;
+		prism_rq_set_state(rq, st | PRISM_RQ_DIRECT);
+	} else {
+		if (pd->nr_direct)
+			prism_lane_spill(pd);
+		prism_rq_set_state(rq, st);
+		prism_flow_queue(pd, rq);
+	}
+	prism_queued_add(pd, 1);
 	if (rq_mergeable(rq)) {
 		/*
 		 * Discards stay out of the hash: attempt_merge() frees a
@@ -1191,8 +1343,12 @@ static void prism_insert_requests(struct blk_mq_hw_ctx *hctx,
 	bool at_head = prism_insert_at_head(flags);
 	LIST_HEAD(free);
 
+	/*
+	 * The order is re-read by dispatch, not here: a request queued under
+	 * the old one is sorted (or left to leave its tree) there, before
+	 * any choice is made.
+	 */
 	spin_lock(&pd->lock);
-	prism_update_order(pd, q);
 	while (!list_empty(list)) {
 		struct request *rq;
 
@@ -1321,22 +1477,32 @@ static bool prism_want_time(struct prism_data *pd, struct prism_tier_queue *tq,
 	       !(tq->dispatched & 63);
 }
 
-/*
- * The flow window now (prism_flow_window()), from the tunables, the media
- * and whether weights differed lately. Under the lock.
- */
-static u64 prism_flow_window_now(struct prism_data *pd,
-				 const struct prism_tunables *tun)
+/* Whether weights differed in a tier lately (prism_weights_differed()). */
+static inline bool prism_weights_differ_now(struct prism_data *pd)
 {
-	return prism_flow_window(&pd->depth, tun, !blk_queue_nonrot(pd->q),
-				 prism_weights_differed(jiffies,
-							pd->weights_seen, HZ));
+	return prism_weights_differed(jiffies, pd->weights_seen, HZ);
 }
 
-/* Requests the driver accepts at once, over all hardware queues. */
-static u32 prism_device_depth(struct request_queue *q)
+/*
+ * The flow window now (prism_flow_window()), from the tunables, the media
+ * and whether weights differed lately (@differ). Under the lock.
+ */
+static __always_inline u64 prism_flow_window_now(struct prism_data *pd,
+						 const struct prism_tunables *tun,
+						 bool differ)
 {
-	return q->tag_set->queue_depth * q->nr_hw_queues;
+	return prism_flow_window(&pd->depth, tun, !blk_queue_nonrot(pd->q),
+				 differ);
+}
+
+/* A tier's fair cap changed: keep fair_capped, which the lane reads. */
+static void prism_set_fair_cap(struct prism_data *pd, int tier, u32 cap)
+{
+	pd->tier[tier].fair_cap = cap;
+	if (cap)
+		pd->fair_capped |= BIT(tier);
+	else
+		pd->fair_capped &= ~BIT(tier);
 }
 
 /* Empty @acc; false if it held nothing, else its mean in ns in @mean. */
@@ -1789,35 +1955,16 @@ static struct prism_flow *prism_flow_waited(struct prism_data *pd,
 /*
  * Whether @tier is the only tier that could be served or guard the device:
  * no other tier has requests queued (all of pd->nr_queued is @tier's,
- * the at-head list being empty here), and none above it has requests in
- * flight, a flush seen in its window, or a completion recent enough for
- * its anticipation window to be open (in jiffies, rounded up, so the
- * answer errs towards no). Counters only, no clock: the test for
+ * the at-head list and the direct lane being empty here), and none above
+ * it is active (prism_higher_quiet()). The test for
  * prism_dispatch_request()'s shortcut (see prism_choose_batch()).
  */
 static bool prism_tier_alone(struct prism_data *pd,
 			     const struct prism_tunables *tun,
 			     struct request_queue *q, int tier)
 {
-	unsigned long window = 0;
-	int t;
-
-	if (pd->nr_queued != tq_queued(&pd->tier[tier]))
-		return false;
-	for (t = 0; t < tier; t++) {
-		struct prism_tier_queue *tq = &pd->tier[t];
-
-		if (prism_inflight(tq) || tq->flush_seen || tq->chain_flush)
-			return false;
-		if (!READ_ONCE(tq->done_ns))
-			continue;	/* never timed: never anticipated */
-		if (!window)
-			window = nsecs_to_jiffies(prism_window(&pd->depth, tun,
-							       !blk_queue_nonrot(q))) + 2;
-		if (time_before(jiffies, READ_ONCE(tq->last_done) + window))
-			return false;
-	}
-	return true;
+	return pd->nr_queued == tq_queued(&pd->tier[tier]) &&
+	       prism_higher_quiet(pd, tun, q, tier);
 }
 
 /*
@@ -1841,14 +1988,16 @@ static noinline u32 prism_tier_fair_cap_fold(struct prism_data *pd,
 		if (tq->fair_cap && !(tun->fair_depth && tq->fair_cap < depth &&
 				      prism_fair_lingers(jiffies, tq->fair_seen,
 							 HZ)))
-			tq->fair_cap = 0;
+			prism_set_fair_cap(pd, tier, 0);
 		return tq->fair_cap;
 	}
 	list_for_each_entry(fl, &tq->active, active)
 		cap = prism_fair_fold(cap, prism_flow_owned(fl), fl->fq.weight,
 				      &tq->fq);
-	tq->fair_cap = prism_fair_cap(cap, depth, tun);
+	prism_set_fair_cap(pd, tier, prism_fair_cap(cap, depth, tun));
 	tq->fair_seen = jiffies;
+	if (tq->fair_cap)
+		pd->lane_off = true;	/* until the next dispatch sees it */
 	return tq->fair_cap;
 }
 
@@ -1996,6 +2145,7 @@ static struct request *prism_dispatch_request(struct blk_mq_hw_ctx *hctx)
 	u64 now = 0, flow_window, cost;
 	unsigned long st;
 	u32 queued_tiers = 0, depth, bytes;
+	bool differ;
 	int t, dir;
 
 	spin_lock(&pd->lock);
@@ -2006,7 +2156,8 @@ static struct request *prism_dispatch_request(struct blk_mq_hw_ctx *hctx)
 
 	prism_update_order(pd, q);
 	tun = prism_tun(pd);
-	flow_window = prism_flow_window_now(pd, tun);
+	differ = prism_weights_differ_now(pd);
+	flow_window = prism_flow_window_now(pd, tun, differ);
 	/* Stored only when it changes: completions read its cache line. */
 	if (flow_window != pd->flow_window)
 		WRITE_ONCE(pd->flow_window, flow_window);
@@ -2026,6 +2177,26 @@ static struct request *prism_dispatch_request(struct blk_mq_hw_ctx *hctx)
 		prism_depth_idle(&pd->depth, now, depth,
 				 prism_inflight(&pd->tier[PRISM_HIGH]) ||
 				 prism_inflight(&pd->tier[PRISM_NORMAL]));
+	}
+	pd->lane_off = prism_lane_off(pd->sorted, flow_window, differ,
+				      pd->depth.limit, pd->depth.duty, depth,
+				      pd->rate_capped || pd->fair_capped);
+
+	/* Queued while nothing else was: nothing to choose. */
+	rq = list_first_entry_or_null(&pd->direct, struct request, queuelist);
+	if (rq) {
+		st = prism_rq_state(rq);
+		fl = prism_rq_flow(pd, st);
+		dir = prism_rq_dir(rq);
+		bytes = prism_rq_data_bytes(rq);
+		pd->tier[prism_rq_tier_of_state(st)].direct++;
+		fl->dispatched++;
+		fl->cost += prism_cost(&pd->model, dir, bytes,
+				       prism_cost_seq(fl->sweep_pos[dir],
+						      blk_rq_pos(rq),
+						      tun->seq_gap));
+		fl->bytes += bytes;
+		goto found;
 	}
 
 	/*
@@ -2537,6 +2708,7 @@ static void prism_requests_merged(struct request_queue *q, struct request *req,
 	 */
 	if ((rst & nst & PRISM_RQ_QUEUED) &&
 	    !((rst | nst) & PRISM_RQ_AT_HEAD) &&
+	    !((rst ^ nst) & PRISM_RQ_DIRECT) &&
 	    (rst & PRISM_RQ_FLOW_MASK) == (nst & PRISM_RQ_FLOW_MASK) &&
 	    prism_rq_tier(req) == prism_rq_tier(next) &&
 	    prism_rq_fifo(req) == prism_rq_fifo(next) &&
@@ -2606,6 +2778,7 @@ static int prism_init_sched(struct request_queue *q, struct elevator_type *e)
 
 	spin_lock_init(&pd->lock);
 	INIT_LIST_HEAD(&pd->dispatch);
+	INIT_LIST_HEAD(&pd->direct);
 	for (t = 0; t < PRISM_NR_TIERS; t++) {
 		INIT_LIST_HEAD(&pd->tier[t].active);
 		pd->tier[t].last_flow = -1;
@@ -2670,7 +2843,8 @@ static void prism_exit_sched(struct elevator_queue *e)
 	hrtimer_cancel(&pd->rate_timer);
 	prism_wbt_default(pd->q, e);
 	spin_lock(&pd->lock);
-	WARN_ON_ONCE(!list_empty(&pd->dispatch));
+	WARN_ON_ONCE(!list_empty(&pd->dispatch) || !list_empty(&pd->direct) ||
+		     pd->nr_direct);
 	for (f = 0; f < PRISM_FLOW_SLOTS; f++) {
 		struct prism_flow *fl = &pd->flows[f];
 
@@ -3019,6 +3193,8 @@ static ssize_t prism_attr_store(struct elevator_queue *e, const char *page,
 	old = rcu_replace_pointer(pd->tun, new, lockdep_is_held(&pd->lock));
 	WRITE_ONCE(pd->flow_depth, t.flow_depth);
 	WRITE_ONCE(pd->writeback_low, t.writeback_low);
+	pd->rate_capped = t.rate_kbps[PRISM_HIGH] || t.rate_kbps[PRISM_NORMAL] ||
+			  t.rate_kbps[PRISM_LOW];
 	prism_model_update(pd);
 	if (id == PRISM_ATTR_FRONT_MERGES)
 		WRITE_ONCE(pd->front_merges, val);
@@ -3133,23 +3309,25 @@ static int prism_tiers_show(void *data, struct seq_file *m)
 	 * that inserted == completed on an idle queue; owned: see
 	 * prism_owned(); max_owned its high-water mark, which the tag reserve
 	 * bounds; foreign: inserted without being prepared; throttled:
-	 * dispatches that found its rate cap's bucket empty.
+	 * dispatches that found its rate cap's bucket empty; direct: of the
+	 * dispatched, those from the direct lane (prism_lane_allows()).
 	 */
-	seq_puts(m, "tier queued inserted requeued dispatched merged aged shared expired completed inflight owned max_owned foreign throttled\n");
+	seq_puts(m, "tier queued inserted requeued dispatched merged aged shared expired completed inflight owned max_owned foreign throttled direct\n");
 	spin_lock(&pd->lock);
 	for (t = 0; t < PRISM_NR_TIERS; t++) {
 		struct prism_tier_queue *tq = &pd->tier[t];
 		s64 completed = atomic64_read(&tq->completed) +
 				atomic64_read(&tq->merged_away);
 
-		seq_printf(m, "%s %u %llu %llu %llu %llu %llu %llu %llu %lld %llu %llu %llu %llu %llu\n",
+		seq_printf(m, "%s %u %llu %llu %llu %llu %llu %llu %llu %lld %llu %llu %llu %llu %llu %llu\n",
 			   prism_tier_name[t],
-			   tq_queued(tq) + tq->queued_head,
+			   tq_queued(tq) + tq->queued_head +
+			   (pd->direct_tier == t ? pd->nr_direct : 0),
 			   tq->inserted, tq->requeued, tq->dispatched,
 			   tq->merged, tq->aged, tq->shared, tq->expired,
 			   completed, prism_inflight(tq), prism_owned(tq),
 			   tq->max_owned,
-			   tq->foreign, tq->throttled);
+			   tq->foreign, tq->throttled, tq->direct);
 	}
 	spin_unlock(&pd->lock);
 	return 0;
@@ -3161,25 +3339,30 @@ static int prism_batch_show(void *data, struct seq_file *m)
 	struct prism_data *pd = q->elevator->elevator_data;
 	struct prism_batch b;
 	sector_t head;
-	u32 fifo_batch;
-	bool sorted;
+	u32 fifo_batch, lane;
+	u64 spills;
+	bool sorted, lane_off;
 
 	spin_lock(&pd->lock);
 	b = pd->batch;
+	lane = pd->nr_direct;
+	lane_off = pd->lane_off;
+	spills = pd->lane_spills;
 	head = pd->head_pos;
 	sorted = pd->sorted;
 	fifo_batch = prism_tun(pd)->fifo_batch;
 	spin_unlock(&pd->lock);
 
 	/* Credits in percent of a microsecond of device time. */
-	seq_printf(m, "tier=%s flow=%d dir=%s count=%u cost_us=%llu fifo_batch=%u starved=%u order=%s head=%llu credit_normal=%lld credit_low=%lld\n",
+	seq_printf(m, "tier=%s flow=%d dir=%s count=%u cost_us=%llu fifo_batch=%u starved=%u order=%s head=%llu credit_normal=%lld credit_low=%lld lane=%s lane_queued=%u lane_spills=%llu\n",
 		   b.tier >= 0 ? prism_tier_name[b.tier] : "none", b.flow,
 		   prism_fifo_name[b.dir], b.count,
 		   div_u64(b.cost, NSEC_PER_USEC), fifo_batch,
 		   b.starved, sorted ? "sector" : "fifo",
 		   (unsigned long long)head,
 		   div_s64(b.credit[PRISM_NORMAL], NSEC_PER_USEC),
-		   div_s64(b.credit[PRISM_LOW], NSEC_PER_USEC));
+		   div_s64(b.credit[PRISM_LOW], NSEC_PER_USEC),
+		   lane_off ? "off" : "open", lane, spills);
 	return 0;
 }
 
@@ -3325,7 +3508,8 @@ static int prism_flight_show(void *data, struct seq_file *m)
 	held_flow = pd->held_flow;
 	held_fair = pd->held_fair;
 	held_paced = pd->held_paced;
-	flow_window = prism_flow_window_now(pd, prism_tun(pd));
+	flow_window = prism_flow_window_now(pd, prism_tun(pd),
+					    prism_weights_differ_now(pd));
 	spin_unlock(&pd->lock);
 
 	seq_puts(m, "tier inflight think_us think_samples chain_us chain_samples chain_quick_pct\n");

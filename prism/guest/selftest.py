@@ -764,6 +764,44 @@ def check_flow_idle_flash(ctx) -> dict:
     return {"ok": ok, "runs": runs}
 
 
+def check_direct_lane(ctx) -> dict:
+    """The direct lane (requests queued while nothing else is go straight
+    to dispatch, past the fair queue) on a null_blk taking 8 commands of
+    0.1 ms: one reader at iodepth 4 alone has most of its dispatches from
+    the lane; an IDLE reader (iodepth 4) beside an RT one (iodepth 1)
+    almost none of its (the RT tier is in flight or anticipated whenever
+    the IDLE request arrives), and it still completes I/O. Books balance
+    after each run."""
+    runs = {}
+    base = ["--direct=1", "--ioengine=libaio", "--runtime=3", "--time_based=1",
+            "--group_reporting=0", "--rw=randread", "--bs=4k", "--randrepeat=0"]
+    with g.temporary_nullb("lane", depth=8, completion_us=100, size_mb=256) as dev:
+        for name, jobs in (("alone", [("reader", 2, 4)]),
+                           ("guarded", [("rt", 1, 1), ("idle", 3, 4)])):
+            g.set_scheduler(dev, "prism")
+            args = base + [f"--filename=/dev/{dev}"]
+            for i, (job_name, cls, depth) in enumerate(jobs):
+                # BE4 (NORMAL), RT0 (HIGH), IDLE (LOW)
+                args += [f"--name={job_name}", f"--prioclass={cls}", "--prio=4" if cls == 2
+                         else "--prio=0", f"--iodepth={depth}", f"--offset={i * 128}M",
+                         "--size=128M"]
+            rep = g.fio(args=args, timeout=120)
+            books = conservation(dev)
+            tiers = books["tiers"]
+            runs[name] = {"ios": {j[0]: job(rep, j[0])["ios"] for j in jobs},
+                          "direct": {t: v["direct"] for t, v in tiers.items()},
+                          "dispatched": {t: v["dispatched"] for t, v in tiers.items()},
+                          "batch": g.prism_batch(dev), "balanced": books["balanced"]}
+        g.set_scheduler(dev, "none")
+    alone, guarded = runs["alone"], runs["guarded"]
+    alone_share = alone["direct"]["normal"] / max(alone["dispatched"]["normal"], 1)
+    idle_share = guarded["direct"]["low"] / max(guarded["dispatched"]["low"], 1)
+    ok = (alone_share >= 0.5 and idle_share <= 0.05 and guarded["ios"]["idle"] > 0
+          and all(r["balanced"] for r in runs.values()))
+    return {"ok": ok, "alone_direct_share": round(alone_share, 3),
+            "idle_direct_share": round(idle_share, 3), "runs": runs}
+
+
 def check_flows_greedy(ctx) -> dict:
     """One greedy process (4 KiB random reads, iodepth 64) against four
     light ones (iodepth 1) at one priority on the metered NVMe disk, under
@@ -1757,6 +1795,7 @@ CHECKS = [
     ("priority_latency_nvme", lambda ctx: check_priority_latency(ctx, "nvme_slow")),
     ("flow_shares", check_flow_shares),
     ("flows_greedy", check_flows_greedy),
+    ("direct_lane", check_direct_lane),
     ("aging", check_aging),
     ("share", check_share),
     ("share_sweep", check_share_sweep),

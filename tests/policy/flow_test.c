@@ -1344,6 +1344,95 @@ TEST(choose_alone_matches_choose)
 	CHECK(turns > 1000);
 }
 
+/*
+ * The direct lane changes what is booked, not what is dispatched: over
+ * random states of the device, the tiers and the in-flight control,
+ * whenever prism_lane_allows() lets a request of a tier through, the full
+ * choice over the same state (that tier alone queued, the others as they
+ * are) dispatches from that tier at once, holds nothing. And every
+ * condition closes the lane on its own.
+ */
+TEST(direct_lane_only_where_the_choice_would_dispatch)
+{
+	unsigned int seed = 777, allowed = 0, refused = 0, i;
+
+	for (i = 0; i < 40000; i++) {
+		struct prism_tunables t = flow_defaults();
+		struct prism_tier_view v[PRISM_NR_TIERS];
+		struct prism_flight f;
+		struct prism_batch b;
+		struct prism_choice c;
+		enum prism_hold hold;
+		int tier = rand_r(&seed) % PRISM_NR_TIERS, other, d;
+		u32 depth = 1 + rand_r(&seed) % 64;
+		u32 limit = rand_r(&seed) % 2 ? depth : 1 + rand_r(&seed) % depth;
+		u32 duty = rand_r(&seed) % 4 ? PRISM_DUTY_FULL :
+			   1 + rand_r(&seed) % PRISM_DUTY_FULL;
+		bool sorted = !(rand_r(&seed) % 4);
+		bool differ = !(rand_r(&seed) % 4);
+		u64 window = rand_r(&seed) % 4 ? 0 : 8000000;
+		u32 queued = 1 + rand_r(&seed) % 8;
+		u32 inflight = rand_r(&seed) % 70;
+		u32 fair_cap = rand_r(&seed) % 4 ? 0 : 1 + rand_r(&seed) % 8;
+		bool quiet = true, lane_off;
+
+		memset(v, 0, sizeof(v));
+		memset(&f, 0, sizeof(f));
+		prism_batch_reset(&b);
+		d = rand_r(&seed) % PRISM_NR_FIFOS;
+		v[tier].dir[d].queued = queued;
+		v[tier].dir[d].oldest = rand_r(&seed) % 1000;
+		v[tier].inflight = inflight;
+		v[tier].fair_cap = fair_cap;
+		for (other = 0; other < PRISM_NR_TIERS; other++) {
+			if (other == tier || rand_r(&seed) % 2)
+				continue;
+			v[other].inflight = rand_r(&seed) % 3;
+			v[other].anticipated = rand_r(&seed) % 2;
+			v[other].flushing = rand_r(&seed) % 2;
+			v[other].chained = rand_r(&seed) % 2;
+			if (other < tier &&
+			    (v[other].inflight || v[other].anticipated ||
+			     v[other].flushing || v[other].chained))
+				quiet = false;
+		}
+		f.depth = depth;
+		f.lower_limit = limit;
+		f.lower_duty = duty;
+		lane_off = prism_lane_off(sorted, window, differ, limit, duty,
+					  depth, fair_cap);
+		if (!prism_lane_allows(lane_off, queued - 1, queued - 1,
+				       tier, tier, quiet, queued + inflight,
+				       depth)) {
+			refused++;
+			continue;
+		}
+		allowed++;
+		CHECK(prism_choose(v, &b, &t, &f, rand_r(&seed) % 5000, &c,
+				   &hold));
+		CHECK_EQ(c.tier, tier);
+	}
+	CHECK(allowed > 1000);
+	CHECK(refused > 1000);
+
+	/* Each condition on its own. */
+	CHECK(!prism_lane_off(false, 0, false, 8, PRISM_DUTY_FULL, 8, false));
+	CHECK(prism_lane_off(true, 0, false, 8, PRISM_DUTY_FULL, 8, false));
+	CHECK(prism_lane_off(false, 1, false, 8, PRISM_DUTY_FULL, 8, false));
+	CHECK(prism_lane_off(false, 0, true, 8, PRISM_DUTY_FULL, 8, false));
+	CHECK(prism_lane_off(false, 0, false, 7, PRISM_DUTY_FULL, 8, false));
+	CHECK(prism_lane_off(false, 0, false, 8, PRISM_DUTY_FULL - 1, 8,
+			     false));
+	CHECK(prism_lane_off(false, 0, false, 8, PRISM_DUTY_FULL, 8, true));
+	CHECK(prism_lane_allows(false, 2, 2, 1, 1, true, 3, 8));
+	CHECK(prism_lane_allows(false, 0, 0, 0, 1, true, 1, 8));
+	CHECK(!prism_lane_allows(true, 2, 2, 1, 1, true, 3, 8));
+	CHECK(!prism_lane_allows(false, 3, 2, 1, 1, true, 3, 8));
+	CHECK(!prism_lane_allows(false, 2, 2, 0, 1, true, 3, 8));
+	CHECK(!prism_lane_allows(false, 2, 2, 1, 1, false, 3, 8));
+	CHECK(!prism_lane_allows(false, 2, 2, 1, 1, true, 9, 8));
+}
+
 TEST(latency_buckets_are_log_scaled_and_cover_every_time)
 {
 	u32 b;
