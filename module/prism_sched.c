@@ -809,19 +809,19 @@ static void prism_flow_deactivate(struct prism_data *pd, struct prism_flow *fl)
  * nothing queued leaves its tier's fair queue. Safe on a request that was
  * never queued (a merge victim fresh from insert).
  */
-static __always_inline void prism_remove_request(struct prism_data *pd,
+static __always_inline void __prism_remove_request(struct prism_data *pd,
 					struct request_queue *q,
-					struct request *rq)
+					struct request *rq, unsigned long st,
+					struct prism_tier_queue *tq,
+					struct prism_flow *fl)
 {
-	unsigned long st = prism_rq_state(rq);
-	struct prism_tier_queue *tq = &pd->tier[prism_rq_tier(rq)];
 	enum prism_dir dir = prism_rq_dir(rq);
 
 	lockdep_assert_held(&pd->lock);
 
 	list_del_init(&rq->queuelist);
 	if (st & PRISM_RQ_SORTED)
-		elv_rb_del(&prism_rq_flow(pd, st)->sort[dir], rq);
+		elv_rb_del(&fl->sort[dir], rq);
 	elv_rqhash_del(q, rq);		/* if RQF_HASHED */
 	if (q->last_merge == rq)
 		q->last_merge = NULL;
@@ -832,7 +832,6 @@ static __always_inline void prism_remove_request(struct prism_data *pd,
 		} else if (st & PRISM_RQ_AT_HEAD) {
 			tq->queued_head--;
 		} else {
-			struct prism_flow *fl = prism_rq_flow(pd, st);
 			int fifo = prism_rq_fifo(rq);
 
 			tq->queued[fifo]--;
@@ -844,6 +843,17 @@ static __always_inline void prism_remove_request(struct prism_data *pd,
 	}
 	prism_rq_set_state(rq, st & ~(PRISM_RQ_QUEUED | PRISM_RQ_AT_HEAD |
 				      PRISM_RQ_SORTED | PRISM_RQ_DIRECT));
+}
+
+static inline void prism_remove_request(struct prism_data *pd,
+					struct request_queue *q,
+					struct request *rq)
+{
+	unsigned long st = prism_rq_state(rq);
+
+	__prism_remove_request(pd, q, rq, st,
+			       &pd->tier[prism_rq_tier_of_state(st)],
+			       prism_rq_flow(pd, st));
 }
 
 static void prism_sort_add(struct prism_flow *fl, struct request *rq)
@@ -1249,7 +1259,8 @@ static void prism_insert_request(struct prism_data *pd, struct request_queue *q,
 	if (st & PRISM_RQ_SEEN) {
 		/* A requeue: it keeps its tier. */
 		requeue = true;
-		tq = &pd->tier[prism_rq_tier(rq)];
+		tier = prism_rq_tier_of_state(st);
+		tq = &pd->tier[tier];
 		tq->requeued++;
 		if (st & PRISM_RQ_DISPATCHED) {
 			WRITE_ONCE(tq->started, tq->started - 1);
@@ -1258,7 +1269,8 @@ static void prism_insert_request(struct prism_data *pd, struct request_queue *q,
 		st &= ~(PRISM_RQ_QUEUED | PRISM_RQ_AT_HEAD | PRISM_RQ_SORTED);
 	} else {
 		st = prism_first_insert(pd, rq, &owned);
-		tq = &pd->tier[prism_rq_tier_of_state(st)];
+		tier = prism_rq_tier_of_state(st);
+		tq = &pd->tier[tier];
 		/*
 		 * A foreign request only reaches insert through a driver
 		 * requeue (6.1 routes it past the elevator otherwise): treat it
@@ -1300,7 +1312,6 @@ static void prism_insert_request(struct prism_data *pd, struct request_queue *q,
 		st |= PRISM_RQ_SYNC_FIFO;
 	else
 		st &= ~PRISM_RQ_SYNC_FIFO;
-	tier = prism_rq_tier_of_state(st);
 	if (prism_lane_may(pd, q, tier, owned)) {
 		/* Weights still noted: see prism_note_weight(). */
 		fl = prism_rq_flow(pd, st);
@@ -1339,7 +1350,7 @@ static void prism_insert_requests(struct blk_mq_hw_ctx *hctx,
 				  struct list_head *list, prism_insert_t flags)
 {
 	struct request_queue *q = hctx->queue;
-	struct prism_data *pd = q->elevator->elevator_data;
+	struct prism_data *pd = hctx->sched_data;
 	bool at_head = prism_insert_at_head(flags);
 	LIST_HEAD(free);
 
@@ -2136,7 +2147,7 @@ prism_choose_viewed(struct prism_data *pd, struct blk_mq_hw_ctx *hctx,
 static struct request *prism_dispatch_request(struct blk_mq_hw_ctx *hctx)
 {
 	struct request_queue *q = hctx->queue;
-	struct prism_data *pd = q->elevator->elevator_data;
+	struct prism_data *pd = hctx->sched_data;
 	const struct prism_tunables *tun;
 	struct prism_tier_queue *tq;
 	struct prism_choice c;
@@ -2145,7 +2156,8 @@ static struct request *prism_dispatch_request(struct blk_mq_hw_ctx *hctx)
 	u64 now = 0, flow_window, cost;
 	unsigned long st;
 	u32 queued_tiers = 0, depth, bytes;
-	bool differ;
+	enum prism_tier tier;
+	bool differ, direct = false;
 	int t, dir;
 
 	spin_lock(&pd->lock);
@@ -2185,17 +2197,7 @@ static struct request *prism_dispatch_request(struct blk_mq_hw_ctx *hctx)
 	/* Queued while nothing else was: nothing to choose. */
 	rq = list_first_entry_or_null(&pd->direct, struct request, queuelist);
 	if (rq) {
-		st = prism_rq_state(rq);
-		fl = prism_rq_flow(pd, st);
-		dir = prism_rq_dir(rq);
-		bytes = prism_rq_data_bytes(rq);
-		pd->tier[prism_rq_tier_of_state(st)].direct++;
-		fl->dispatched++;
-		fl->cost += prism_cost(&pd->model, dir, bytes,
-				       prism_cost_seq(fl->sweep_pos[dir],
-						      blk_rq_pos(rq),
-						      tun->seq_gap));
-		fl->bytes += bytes;
+		direct = true;
 		goto found;
 	}
 
@@ -2323,10 +2325,26 @@ chosen:
 	}
 
 found:
-	prism_remove_request(pd, q, rq);
+	/* The state decoded once (each decoding checks it). */
 	st = prism_rq_state(rq);
-	tq = &pd->tier[prism_rq_tier(rq)];
+	tier = prism_rq_tier_of_state(st);
+	tq = &pd->tier[tier];
+	fl = prism_rq_flow(pd, st);
+	__prism_remove_request(pd, q, rq, st, tq, fl);
+	st = prism_rq_state(rq);
 	tq->dispatched++;
+	if (direct) {
+		/* The flow's cost and bytes served, not its virtual time. */
+		dir = prism_rq_dir(rq);
+		bytes = prism_rq_data_bytes(rq);
+		tq->direct++;
+		fl->dispatched++;
+		fl->cost += prism_cost(&pd->model, dir, bytes,
+				       prism_cost_seq(fl->sweep_pos[dir],
+						      blk_rq_pos(rq),
+						      prism_tun(pd)->seq_gap));
+		fl->bytes += bytes;
+	}
 	if (st & PRISM_RQ_FOREIGN) {
 		/*
 		 * Never prepared, so never finished: it leaves the books here.
@@ -2335,8 +2353,6 @@ found:
 		 */
 		prism_rq_set_state(rq, 0);
 	} else {
-		enum prism_tier tier = prism_rq_tier_of_state(st);
-
 		WRITE_ONCE(tq->started, tq->started + 1);
 		st |= PRISM_RQ_DISPATCHED;
 		st &= ~(PRISM_RQ_SOLO | PRISM_RQ_IDLE_DEV | PRISM_RQ_TIMED |
@@ -2379,7 +2395,7 @@ found:
 			pd->hist_wait[tier][prism_rq_dir(rq)][0]++;
 	}
 	pd->head_pos = blk_rq_pos(rq) + blk_rq_sectors(rq);
-	prism_rq_flow(pd, st)->sweep_pos[prism_rq_dir(rq)] = pd->head_pos;
+	fl->sweep_pos[prism_rq_dir(rq)] = pd->head_pos;
 	rq->rq_flags |= RQF_STARTED;
 unlock:
 	spin_unlock(&pd->lock);
@@ -2388,8 +2404,7 @@ unlock:
 
 static bool prism_has_work(struct blk_mq_hw_ctx *hctx)
 {
-	struct prism_data *pd = hctx->queue->elevator->elevator_data;
-
+	struct prism_data *pd = hctx->sched_data;
 	u32 queued = READ_ONCE(pd->nr_queued);
 
 	return queued && queued != READ_ONCE(pd->nr_capped);
@@ -2511,10 +2526,21 @@ static void prism_depth_updated(struct blk_mq_hw_ctx *hctx)
 	sbitmap_queue_min_shallow_depth(&hctx->sched_tags->bitmap_tags, 1);
 }
 
+/*
+ * sched_data points at the queue's prism_data: has_work(), which the core
+ * calls several times per request, and dispatch and insert reach it in
+ * one load instead of three. The core clears it after exit_hctx().
+ */
 static int prism_init_hctx(struct blk_mq_hw_ctx *hctx, unsigned int idx)
 {
+	hctx->sched_data = hctx->queue->elevator->elevator_data;
 	prism_depth_updated(hctx);
 	return 0;
+}
+
+static void prism_exit_hctx(struct blk_mq_hw_ctx *hctx, unsigned int idx)
+{
+	hctx->sched_data = NULL;
 }
 
 static void prism_prepare_request(struct request *rq)
@@ -3630,6 +3656,7 @@ static struct elevator_type prism_sched = {
 		.init_sched		= prism_init_sched,
 		.exit_sched		= prism_exit_sched,
 		.init_hctx		= prism_init_hctx,
+		.exit_hctx		= prism_exit_hctx,
 	},
 #ifdef CONFIG_BLK_DEBUG_FS
 	.queue_debugfs_attrs = prism_queue_debugfs_attrs,
