@@ -1172,9 +1172,8 @@ static u32 prism_device_depth(struct request_queue *q)
 }
 
 /*
- * No tier above @tier has requests in the device, a flush of its chain
- * there, or a completion recent enough to be anticipated (to the jiffy,
- * rounded so that the answer errs towards no). Counters only, no clock.
+ * @tq completed a request within its anticipation window (to the jiffy,
+ * rounded up, so that the answer errs towards yes).
  */
 static noinline bool prism_recently_done(struct prism_data *pd,
 					 const struct prism_tunables *tun,
@@ -1198,7 +1197,12 @@ static __always_inline bool prism_tier_quiet(struct prism_data *pd,
 	return !READ_ONCE(tq->done_ns) || !prism_recently_done(pd, tun, q, tq);
 }
 
-/* Unrolled: this runs on every insert and on most dispatches. */
+/*
+ * No tier above @tier has requests in the device, a flush of its chain
+ * there, or a completion recent enough to be anticipated. Counters and
+ * jiffies only, no clock. Unrolled: this runs on every insert and on
+ * most dispatches.
+ */
 static __always_inline bool prism_higher_quiet(struct prism_data *pd,
 					       const struct prism_tunables *tun,
 					       struct request_queue *q,
