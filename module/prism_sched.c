@@ -33,23 +33,26 @@
  * insert_requests(), dispatch_request(), bio_merge() (the core calls the
  * merge hooks with it held), the sysfs stores and the debugfs shows. It
  * is never taken with interrupts disabled and never nests with another
- * lock of prism's. Readers outside it (has_work, limit_depth,
- * finish_request) only look at list heads, atomic counters, fields
+ * lock of prism's. Readers outside it (has_work, limit_depth, the
+ * completion hooks) only look at list heads, atomic counters, fields
  * marked READ_ONCE/WRITE_ONCE and the tunables, which are an RCU-published
  * snapshot: a store builds a new copy and swaps the pointer, so a
- * lockless reader always sees one whole, valid set. finish_request(),
- * which may run in interrupt context, never takes the lock: it writes a
- * tier's completion time (done_ns, WRITE_ONCE; dispatch may also move it
- * forward while a flush runs) and adds device times to atomic
- * accumulators that dispatch folds into the depth controller under the
- * lock. The window timer only runs the queue.
+ * lockless reader always sees one whole, valid set. The completion hooks
+ * (completed_request(), finish_request()), which may run in interrupt
+ * context, never take the lock: they write a tier's completion time
+ * (done_ns, WRITE_ONCE; dispatch may also move it forward while a flush
+ * runs) and add device times to atomic accumulators that dispatch folds
+ * into the depth controller under the lock. The window timer only runs
+ * the queue.
  *
  * Books: a request that prism inserted is counted once in "inserted"
- * and once by finish_request(), which the core runs for every prepared
- * request it frees: in "completed" if prism dispatched it, in
- * "merged_away" if it was merged into another first. That holds whatever
- * path the request takes (a multi-range discard merged at insert is freed
- * without requests_merged(), a driver requeue comes back through
+ * and once where it finishes: in "completed" if prism dispatched it (by
+ * completed_request(), which the core runs right before finish_request(),
+ * or by finish_request() should it be freed without completing), in
+ * "merged_away" if it was merged into another first (by finish_request(),
+ * which the core runs for every prepared request it frees). That holds
+ * whatever path the request takes (a multi-range discard merged at insert
+ * is freed without requests_merged(), a driver requeue comes back through
  * insert), so inserted == completed + merged_away whenever the queue is
  * idle. In flight is "started" (dispatched, less requeued, under the
  * lock) minus "completed": a completion costs one atomic, as in
@@ -326,6 +329,7 @@ struct prism_data {
 	u32 nr_direct;
 	int direct_tier;
 	bool lane_off;
+	unsigned long lane_checked;	/* jiffies lane_off was last computed */
 	u64 lane_spills;
 	bool rate_capped;	/* a rate cap is set (rate_kbps) */
 	u32 fair_capped;	/* tiers with a fair cap in force, by bit */
@@ -357,6 +361,15 @@ struct prism_data {
 	struct prism_flow *flows;	/* PRISM_FLOW_SLOTS */
 	/* (thread, tier) of recent inserts, for limit_depth(); see policy. */
 	u32 recent[PRISM_NR_RECENT];
+	/*
+	 * What all tiers own (prism_owned_total()), for limit_depth() and
+	 * the direct lane: owned_in counts the tiers' inserted (under the
+	 * lock, WRITE_ONCE), owned_out their completed and merged_away (where
+	 * requests finish), so the total is one subtraction, not a sum over
+	 * the tiers' books.
+	 */
+	u64 owned_in;
+	atomic64_t owned_out;
 
 	/*
 	 * In-flight control (see prism_choose()): the depth controller under
@@ -499,6 +512,19 @@ static inline int prism_rq_fifo(struct request *rq)
 		return PRISM_READ;
 	return prism_rq_state(rq) & PRISM_RQ_SYNC_FIFO ? PRISM_SYNC_WRITE :
 							 PRISM_WRITE;
+}
+
+/*
+ * Whether @st's tier and flow fields are ones prism writes. Where a hot
+ * path tests this first, the decoders' warnings (which need registers
+ * saved across their calls) fold away and go out of line with the path.
+ */
+static inline bool prism_state_valid(unsigned long st)
+{
+	return ((st & PRISM_RQ_TIER_MASK) >> PRISM_RQ_TIER_SHIFT) <
+		       PRISM_NR_TIERS &&
+	       ((st & PRISM_RQ_FLOW_MASK) >> PRISM_RQ_FLOW_SHIFT) <
+		       PRISM_FLOW_SLOTS;
 }
 
 static inline struct prism_flow *prism_rq_flow(struct prism_data *pd,
@@ -652,12 +678,12 @@ static u64 prism_owned(struct prism_tier_queue *tq)
 	return owned > 0 ? owned : 0;
 }
 
-/* Requests all tiers own. Lockless. */
+/* Requests all tiers own. Lockless, never below zero as prism_owned(). */
 static u64 prism_owned_total(struct prism_data *pd)
 {
-	return prism_owned(&pd->tier[PRISM_HIGH]) +
-	       prism_owned(&pd->tier[PRISM_NORMAL]) +
-	       prism_owned(&pd->tier[PRISM_LOW]);
+	s64 owned = READ_ONCE(pd->owned_in) - atomic64_read(&pd->owned_out);
+
+	return owned > 0 ? owned : 0;
 }
 
 /* Dispatched by prism and not yet completed or requeued. */
@@ -749,8 +775,10 @@ static void prism_note_weight(struct prism_data *pd,
 {
 	if (tq->last_flow == slot)
 		return;
-	if (tq->last_flow >= 0 && tq->last_weight != weight)
+	if (tq->last_flow >= 0 && tq->last_weight != weight) {
 		pd->weights_seen = jiffies;
+		pd->lane_off = true;	/* at once: see prism_lane_off() */
+	}
 	tq->last_flow = slot;
 	tq->last_weight = weight;
 }
@@ -1098,7 +1126,7 @@ static __always_inline void prism_chain_link(struct prism_data *pd, u64 *now)
  * share of dispatched.
  */
 static unsigned long prism_first_insert(struct prism_data *pd,
-					struct request *rq, u64 *owned_now)
+					struct request *rq)
 {
 	const struct prism_tunables *t = prism_tun(pd);
 	unsigned short ioprio = req_get_ioprio(rq);
@@ -1159,9 +1187,9 @@ static unsigned long prism_first_insert(struct prism_data *pd,
 		prism_chain_link(pd, &now);
 	}
 	WRITE_ONCE(tq->inserted, tq->inserted + 1);
+	WRITE_ONCE(pd->owned_in, pd->owned_in + 1);
 	if (++owned > tq->max_owned)
 		tq->max_owned = owned;
-	*owned_now = owned;
 	return st | PRISM_RQ_SEEN;
 }
 
@@ -1217,32 +1245,29 @@ static __always_inline bool prism_higher_quiet(struct prism_data *pd,
 }
 
 /*
- * Whether a request of @tier, first inserted and making @owned requests
- * its tier owns, may take the direct lane (prism_lane_allows(), which
- * decides; the cheap tests are made first). The tiers above own nothing
- * when it is asked: nothing of theirs is queued (the lane holds all that
- * is) and nothing in flight (prism_higher_quiet()), so what prism owns is
- * @owned and the tiers' below.
+ * Whether a request of @tier, first inserted, may take the direct lane
+ * (prism_lane_allows(), which decides; the cheap tests are made first,
+ * on values read once, so that the policy's repeat of them folds away).
+ * What prism owns is the total, this request included: the tiers above
+ * own nothing when it matters (nothing of theirs is queued, since the
+ * lane holds all that is, and nothing in flight: prism_higher_quiet()),
+ * save requests merged away and not yet freed, which only err towards
+ * closing the lane.
  */
 static bool prism_lane_may(struct prism_data *pd, struct request_queue *q,
-			   int tier, u64 owned)
+			   int tier)
 {
-	const struct prism_tunables *tun;
-	bool quiet;
+	bool lane_off = pd->lane_off;
+	u32 nr_queued = pd->nr_queued, nr_direct = pd->nr_direct;
+	int direct_tier = pd->direct_tier;
 
-	if (pd->lane_off || pd->nr_queued != pd->nr_direct ||
-	    (pd->nr_direct && pd->direct_tier != tier) || pd->idle_since)
+	if (lane_off || nr_queued != nr_direct ||
+	    (nr_direct && direct_tier != tier) || pd->idle_since)
 		return false;
-	tun = prism_tun(pd);
-	quiet = prism_higher_quiet(pd, tun, q, tier);
-	if (quiet && tier != PRISM_LOW) {
-		owned += prism_owned(&pd->tier[PRISM_LOW]);
-		if (tier == PRISM_HIGH)
-			owned += prism_owned(&pd->tier[PRISM_NORMAL]);
-	}
-	return prism_lane_allows(pd->lane_off, pd->nr_queued, pd->nr_direct,
-				 pd->direct_tier, tier, quiet, owned,
-				 prism_device_depth(q));
+	return prism_lane_allows(lane_off, nr_queued, nr_direct, direct_tier,
+				 tier, prism_higher_quiet(pd, prism_tun(pd), q,
+							  tier),
+				 prism_owned_total(pd), prism_device_depth(q));
 }
 
 static void prism_insert_request(struct prism_data *pd, struct request_queue *q,
@@ -1253,7 +1278,6 @@ static void prism_insert_request(struct prism_data *pd, struct request_queue *q,
 	struct prism_tier_queue *tq;
 	struct prism_flow *fl;
 	bool requeue = false;
-	u64 owned = 0;
 	int tier;
 
 	lockdep_assert_held(&pd->lock);
@@ -1272,7 +1296,7 @@ static void prism_insert_request(struct prism_data *pd, struct request_queue *q,
 		}
 		st &= ~(PRISM_RQ_QUEUED | PRISM_RQ_AT_HEAD | PRISM_RQ_SORTED);
 	} else {
-		st = prism_first_insert(pd, rq, &owned);
+		st = prism_first_insert(pd, rq);
 		tier = prism_rq_tier_of_state(st);
 		tq = &pd->tier[tier];
 		/*
@@ -1316,7 +1340,7 @@ static void prism_insert_request(struct prism_data *pd, struct request_queue *q,
 		st |= PRISM_RQ_SYNC_FIFO;
 	else
 		st &= ~PRISM_RQ_SYNC_FIFO;
-	if (prism_lane_may(pd, q, tier, owned)) {
+	if (prism_lane_may(pd, q, tier)) {
 		/* Weights still noted: see prism_note_weight(). */
 		fl = prism_rq_flow(pd, st);
 		prism_note_weight(pd, tq, prism_flow_slot(pd, fl),
@@ -2158,7 +2182,7 @@ static struct request *prism_dispatch_request(struct blk_mq_hw_ctx *hctx)
 	struct prism_flow *fl, *waited = NULL;
 	struct request *rq;
 	u64 now = 0, flow_window, cost;
-	unsigned long st;
+	unsigned long st, tick;
 	u32 queued_tiers = 0, depth, bytes;
 	enum prism_tier tier;
 	bool differ, direct = false;
@@ -2169,6 +2193,20 @@ static struct request *prism_dispatch_request(struct blk_mq_hw_ctx *hctx)
 	rq = list_first_entry_or_null(&pd->dispatch, struct request, queuelist);
 	if (rq)
 		goto found;
+
+	/*
+	 * Queued while nothing else was: nothing to choose. What follows,
+	 * which only moves with time, the tunables or the media, is brought
+	 * up to date once a jiffy while the lane is served: lane_off decides
+	 * inserts only, and what closes the lane at once closes it where it
+	 * happens (prism_note_weight(), the tunables' store).
+	 */
+	tick = jiffies;
+	rq = list_first_entry_or_null(&pd->direct, struct request, queuelist);
+	if (rq && pd->lane_checked == tick) {
+		direct = true;
+		goto found;
+	}
 
 	prism_update_order(pd, q);
 	tun = prism_tun(pd);
@@ -2197,8 +2235,9 @@ static struct request *prism_dispatch_request(struct blk_mq_hw_ctx *hctx)
 	pd->lane_off = prism_lane_off(pd->sorted, flow_window, differ,
 				      pd->depth.limit, pd->depth.duty, depth,
 				      pd->rate_capped || pd->fair_capped);
+	pd->lane_checked = tick;
 
-	/* Queued while nothing else was: nothing to choose. */
+	/* Again: a change of order spills the lane onto the flows. */
 	rq = list_first_entry_or_null(&pd->direct, struct request, queuelist);
 	if (rq) {
 		direct = true;
@@ -2583,42 +2622,28 @@ static noinline void prism_finish_timed(struct prism_data *pd,
 }
 
 /*
- * The core calls this for every prepared request it frees: completed by
- * the driver, merged away (with or without requests_merged()), or
- * prepared but never inserted (6.1 passthrough; state 0, not ours).
+ * The books of a request prism owned, finished at @done (ns, 0: not read).
+ * Inline in both callers below; the timed part goes out of line last, so
+ * that the common path needs no register saved across a call.
  */
-static void prism_finish_request(struct request *rq)
+static __always_inline void __prism_finish(struct prism_data *pd,
+					   struct request *rq, unsigned long st,
+					   u64 done)
 {
-	struct prism_data *pd = rq->q->elevator->elevator_data;
-	unsigned long st = prism_rq_state(rq);
-	struct prism_tier_queue *tq;
-	struct prism_flow *fl;
+	struct prism_tier_queue *tq = &pd->tier[prism_rq_tier_of_state(st)];
 	unsigned long now = jiffies;
 	bool learning;
-	u64 done = 0;
 
-	if (!(st & PRISM_RQ_SEEN) || (st & PRISM_RQ_FOREIGN))
-		return;
-	tq = &pd->tier[prism_rq_tier(rq)];
-	fl = prism_rq_flow(pd, st);
-	if ((st & PRISM_RQ_DISPATCHED) && READ_ONCE(pd->flow_window)) {
-		/* Its flow's next request is judged from here. */
-		done = ktime_get_ns();
-		WRITE_ONCE(fl->done_ns, done);
-		/*
-		 * Before the books balance: a slot given away (and reset)
-		 * once they do must not get this store after its reset.
-		 */
-		smp_mb__before_atomic();
-	}
 	/*
 	 * The flow's books: once they balance its slot may be given away,
 	 * and nothing below touches the flow.
 	 */
-	atomic64_inc(&fl->finished);
+	atomic64_inc(&prism_rq_flow(pd, st)->finished);
+	atomic64_inc(&pd->owned_out);
+	/* Finished twice (6.1 flush paths) must not count twice. */
+	prism_rq_set_state(rq, 0);
 	if (!(st & PRISM_RQ_DISPATCHED)) {
 		atomic64_inc(&tq->merged_away);
-		prism_rq_set_state(rq, 0);
 		return;
 	}
 	atomic64_inc(&tq->completed);
@@ -2628,15 +2653,65 @@ static void prism_finish_request(struct request *rq)
 	learning = READ_ONCE(pd->learning);
 	if (learning || (st & (PRISM_RQ_TIMED | PRISM_RQ_IDLE_DEV)))
 		prism_finish_timed(pd, rq, tq, st, done, learning);
-	/* Finished twice (6.1 flush paths) must not count twice. */
-	prism_rq_set_state(rq, 0);
 }
 
 /*
- * A request the driver completed, at @now by the core's clock (before
- * finish_request()): its device time, from dispatch, into the histogram.
- * On 6.1 the core calls this for requests it routed past the elevator
- * too, whose elv.priv[] are stale: only prepared ones are looked at.
+ * A dispatched request while flows are idled for (its time is read), or
+ * a state that does not decode (the decoders warn and make do).
+ */
+static noinline void prism_finish_slow(struct prism_data *pd,
+				       struct request *rq, unsigned long st)
+{
+	u64 done;
+
+	if (!(st & PRISM_RQ_DISPATCHED) || !READ_ONCE(pd->flow_window)) {
+		__prism_finish(pd, rq, st, 0);
+		return;
+	}
+	done = ktime_get_ns();
+
+	/* Its flow's next request is judged from here. */
+	WRITE_ONCE(prism_rq_flow(pd, st)->done_ns, done);
+	/*
+	 * Before the books balance: a slot given away (and reset) once they
+	 * do must not get this store after its reset.
+	 */
+	smp_mb__before_atomic();
+	__prism_finish(pd, rq, st, done);
+}
+
+/*
+ * The core calls this for every prepared request it frees: completed by
+ * the driver (finished already: see prism_completed_request(), state 0),
+ * merged away (with or without requests_merged()), or prepared but never
+ * inserted (6.1 passthrough; state 0, not ours).
+ */
+static void prism_finish_request(struct request *rq)
+{
+	struct prism_data *pd = rq->q->elevator->elevator_data;
+	unsigned long st = prism_rq_state(rq);
+
+	if (!(st & PRISM_RQ_SEEN) || (st & PRISM_RQ_FOREIGN))
+		return;
+	if (unlikely(!prism_state_valid(st)) ||
+	    ((st & PRISM_RQ_DISPATCHED) && READ_ONCE(pd->flow_window)))
+		prism_finish_slow(pd, rq, st);
+	else
+		__prism_finish(pd, rq, st, 0);
+}
+
+/*
+ * A request the driver completed, at @now by the core's clock: its device
+ * time, from dispatch, into the histogram, and its books. Both kernels
+ * call this in __blk_mq_end_request() right before finish_request(),
+ * for every request with scheduler data (the batched completion path
+ * takes none), so the books are kept here, in one call, and the state
+ * cleared leaves finish_request() nothing to do; finish_request() keeps
+ * them for requests merged away and any freed without completing. On
+ * 6.1 the core calls this for requests it routed past the elevator too,
+ * whose elv.priv[] are stale: only prepared ones are looked at; and
+ * twice for a flush's data request, the second time not prepared any
+ * more (finish_request() cleared RQF_ELVPRIV).
  */
 static void prism_completed_request(struct request *rq, u64 now)
 {
@@ -2647,13 +2722,19 @@ static void prism_completed_request(struct request *rq, u64 now)
 	if (!prism_rq_prepared(rq))
 		return;
 	st = prism_rq_state(rq);
-	if (!(st & PRISM_RQ_DISPATCHED) || (st & PRISM_RQ_FOREIGN))
+	/* A state that does not decode is left to finish_request() to say. */
+	if (!(st & PRISM_RQ_DISPATCHED) || (st & PRISM_RQ_FOREIGN) ||
+	    !prism_state_valid(st))
 		return;
 	/* In unsigned long: where that is 32 bits, good for 2 s. */
 	device = (long)((unsigned long)now - (unsigned long)rq->elv.priv[1]);
 	atomic64_inc(&pd->hist_device[prism_rq_tier_of_state(st)]
 				     [prism_rq_dir(rq)]
 				     [prism_hist_bucket(device > 0 ? device : 0)]);
+	if (READ_ONCE(pd->flow_window))
+		prism_finish_slow(pd, rq, st);
+	else
+		__prism_finish(pd, rq, st, 0);
 }
 
 /*
@@ -2816,6 +2897,7 @@ static int prism_init_sched(struct request_queue *q, struct elevator_type *e)
 		atomic64_set(&pd->tier[t].merged_away, 0);
 		pd->tier[t].last_done = jiffies - HZ;
 	}
+	atomic64_set(&pd->owned_out, 0);
 	prism_tunables_init(&tun->t, HZ);
 	RCU_INIT_POINTER(pd->tun, tun);
 	pd->flow_depth = tun->t.flow_depth;
@@ -2898,6 +2980,9 @@ static void prism_exit_sched(struct elevator_queue *e)
 			  atomic64_read(&tq->merged_away), tq->started,
 			  tq->requeued, tq->dispatched, tq->merged);
 	}
+	WARN_ONCE(pd->owned_in != atomic64_read(&pd->owned_out),
+		  "prism: owned in %llu out %lld\n", pd->owned_in,
+		  atomic64_read(&pd->owned_out));
 	spin_unlock(&pd->lock);
 	/* The queue is frozen: no limit_depth() can be reading them. */
 	kfree(rcu_dereference_protected(pd->tun, true));
@@ -3225,6 +3310,9 @@ static ssize_t prism_attr_store(struct elevator_queue *e, const char *page,
 	WRITE_ONCE(pd->writeback_low, t.writeback_low);
 	pd->rate_capped = t.rate_kbps[PRISM_HIGH] || t.rate_kbps[PRISM_NORMAL] ||
 			  t.rate_kbps[PRISM_LOW];
+	/* The next dispatch recomputes lane_off; none takes the lane till. */
+	pd->lane_off = true;
+	pd->lane_checked = jiffies - 1;
 	prism_model_update(pd);
 	if (id == PRISM_ATTR_FRONT_MERGES)
 		WRITE_ONCE(pd->front_merges, val);
