@@ -2750,21 +2750,13 @@ static struct prism_flow *prism_bio_flow(struct prism_data *pd,
 	return prism_flow_find(pd, prism_flow_key(current->tgid, tier));
 }
 
-static int prism_request_merge(struct request_queue *q, struct request **rq,
-			       struct bio *bio)
+/* The submitter's flow's sort tree, for a front merge. */
+static noinline int prism_front_merge(struct prism_data *pd,
+				      struct request **rq, struct bio *bio)
 {
-	struct prism_data *pd = q->elevator->elevator_data;
 	sector_t sector = bio_end_sector(bio);
 	struct prism_flow *fl;
 	struct request *__rq;
-
-	/*
-	 * Front merges need the sort tree, kept only in sector order (under
-	 * the lock, as this runs): the submitter's flow's, where its
-	 * stream's requests are.
-	 */
-	if (!READ_ONCE(pd->front_merges) || !pd->sorted)
-		return ELEVATOR_NO_MERGE;
 
 	fl = prism_bio_flow(pd, bio);
 	if (!fl)
@@ -2777,6 +2769,21 @@ static int prism_request_merge(struct request_queue *q, struct request **rq,
 		return ELEVATOR_FRONT_MERGE;
 	}
 	return ELEVATOR_NO_MERGE;
+}
+
+static int prism_request_merge(struct request_queue *q, struct request **rq,
+			       struct bio *bio)
+{
+	struct prism_data *pd = q->elevator->elevator_data;
+
+	/*
+	 * Front merges need the sort tree, kept only in sector order (under
+	 * the lock, as this runs): the submitter's flow's, where its
+	 * stream's requests are. The test inline, the search out of line.
+	 */
+	if (!READ_ONCE(pd->front_merges) || !pd->sorted)
+		return ELEVATOR_NO_MERGE;
+	return prism_front_merge(pd, rq, bio);
 }
 
 static void prism_request_merged(struct request_queue *q, struct request *req,
