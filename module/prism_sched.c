@@ -2172,6 +2172,26 @@ prism_choose_viewed(struct prism_data *pd, struct blk_mq_hw_ctx *hctx,
 	return false;
 }
 
+/*
+ * The estimated device time of @rq, which @fl dispatches, counted in the
+ * flow's statistics with the request and its bytes.
+ */
+static inline u64 prism_flow_served(struct prism_data *pd,
+				    const struct prism_tunables *tun,
+				    struct prism_flow *fl, struct request *rq)
+{
+	enum prism_dir dir = prism_rq_dir(rq);
+	u32 bytes = prism_rq_data_bytes(rq);
+	u64 cost = prism_cost(&pd->model, dir, bytes,
+			      prism_cost_seq(fl->sweep_pos[dir],
+					     blk_rq_pos(rq), tun->seq_gap));
+
+	fl->dispatched++;
+	fl->cost += cost;
+	fl->bytes += bytes;
+	return cost;
+}
+
 static struct request *prism_dispatch_request(struct blk_mq_hw_ctx *hctx)
 {
 	struct request_queue *q = hctx->queue;
@@ -2183,10 +2203,10 @@ static struct request *prism_dispatch_request(struct blk_mq_hw_ctx *hctx)
 	struct request *rq;
 	u64 now = 0, flow_window, cost;
 	unsigned long st, tick;
-	u32 queued_tiers = 0, depth, bytes;
+	u32 queued_tiers = 0, depth;
 	enum prism_tier tier;
 	bool differ, direct = false;
-	int t, dir;
+	int t;
 
 	spin_lock(&pd->lock);
 
@@ -2349,18 +2369,11 @@ chosen:
 	 * Charge its cost while the flow is still backlogged: to the flow's
 	 * virtual time, the tier's, and the shares between tiers.
 	 */
-	dir = prism_rq_dir(rq);
-	bytes = prism_rq_data_bytes(rq);
-	cost = prism_cost(&pd->model, dir, bytes,
-			  prism_cost_seq(fl->sweep_pos[dir], blk_rq_pos(rq),
-					 tun->seq_gap));
+	cost = prism_flow_served(pd, tun, fl, rq);
 	prism_fq_charge(&pd->tier[fl->tier].fq, &fl->fq, cost);
 	prism_account(&pd->batch, tun, queued_tiers, &c, cost);
 	if (tun->rate_kbps[c.tier])
 		prism_bucket_charge(&pd->tier[c.tier].bucket, cost);
-	fl->dispatched++;
-	fl->cost += cost;
-	fl->bytes += bytes;
 	if (pd->flow_window) {
 		if (!now)
 			now = ktime_get_ns();
@@ -2377,16 +2390,9 @@ found:
 	st = prism_rq_state(rq);
 	tq->dispatched++;
 	if (direct) {
-		/* The flow's cost and bytes served, not its virtual time. */
-		dir = prism_rq_dir(rq);
-		bytes = prism_rq_data_bytes(rq);
+		/* The flow's statistics, not its virtual time. */
 		tq->direct++;
-		fl->dispatched++;
-		fl->cost += prism_cost(&pd->model, dir, bytes,
-				       prism_cost_seq(fl->sweep_pos[dir],
-						      blk_rq_pos(rq),
-						      prism_tun(pd)->seq_gap));
-		fl->bytes += bytes;
+		prism_flow_served(pd, prism_tun(pd), fl, rq);
 	}
 	if (st & PRISM_RQ_FOREIGN) {
 		/*
