@@ -1614,6 +1614,27 @@ static u32 prism_foreign_inflight(struct request_queue *q, u32 ours)
 }
 
 /*
+ * A flush after @tq's last completion (*@done_ns, at @done) is in the
+ * device (@in_device), or one that was (*@flushing) has left it (no
+ * @foreign request in flight any more): the tier's next request is due
+ * from @now, not from that completion, nor from the last time a run saw
+ * the flush, which may be a window ago (the hold marked the restart, so
+ * this run is its completion). Returns the time the next request is
+ * measured from.
+ */
+static u64 prism_flush_restart(struct prism_tier_queue *tq, u64 *done_ns,
+			       bool *flushing, bool in_device, bool foreign,
+			       u64 done, u64 now)
+{
+	if (!in_device && (foreign || !*flushing))
+		return done;
+	*flushing = in_device;
+	WRITE_ONCE(*done_ns, now);
+	WRITE_ONCE(tq->last_done, jiffies);
+	return now;
+}
+
+/*
  * Whether @tq's sync-write chain is under way, for a view in which LOW is
  * the highest tier queued and @tq has nothing in flight. A flush in the
  * device within the chain's window is its next link (an fsync's cache
@@ -1629,6 +1650,7 @@ static void prism_view_chain(struct prism_data *pd, struct request_queue *q,
 			     u64 *window)
 {
 	u64 done = READ_ONCE(tq->sync_done_ns);
+	bool in_device;
 
 	if (!done)
 		return;
@@ -1637,19 +1659,12 @@ static void prism_view_chain(struct prism_data *pd, struct request_queue *q,
 	if (!*window)
 		*window = prism_window(&pd->depth, prism_tun(pd),
 				       !blk_queue_nonrot(q));
-	if (f->foreign && *now - done < *window) {
-		/* A link: timed from the completion before it. */
+	in_device = f->foreign && *now - done < *window;
+	/* A flush in the device is a link: timed from the completion before. */
+	if (in_device)
 		prism_chain_link(pd, now);
-		tq->chain_flush = true;
-		done = *now;
-		WRITE_ONCE(tq->sync_done_ns, done);
-		WRITE_ONCE(tq->last_done, jiffies);
-	} else if (!f->foreign && tq->chain_flush) {
-		tq->chain_flush = false;
-		done = *now;
-		WRITE_ONCE(tq->sync_done_ns, done);
-		WRITE_ONCE(tq->last_done, jiffies);
-	}
+	done = prism_flush_restart(tq, &tq->sync_done_ns, &tq->chain_flush,
+				   in_device, f->foreign, done, *now);
 	tq->chain.last_done = done;
 	v->chained = prism_chained(&tq->chain, *now, *window);
 }
@@ -1717,24 +1732,10 @@ static void prism_view_flight(struct prism_data *pd, struct request_queue *q,
 			*window = prism_window(&pd->depth, tun,
 					       !blk_queue_nonrot(q));
 		done = READ_ONCE(tq->done_ns);
-		if (f->foreign && done && *now - done < *window) {
-			view[t].flushing = true;
-			done = *now;
-			WRITE_ONCE(tq->done_ns, done);
-			WRITE_ONCE(tq->last_done, jiffies);
-			tq->flush_seen = true;
-		} else if (!f->foreign && tq->flush_seen) {
-			/*
-			 * The flush has left the device; the hold marked the
-			 * restart, so this run is its completion: the chain's
-			 * next link is due from now, not from the last time a
-			 * run saw the flush, which may be a window ago.
-			 */
-			done = *now;
-			WRITE_ONCE(tq->done_ns, done);
-			WRITE_ONCE(tq->last_done, jiffies);
-			tq->flush_seen = false;
-		}
+		view[t].flushing = f->foreign && done && *now - done < *window;
+		done = prism_flush_restart(tq, &tq->done_ns, &tq->flush_seen,
+					   view[t].flushing, f->foreign, done,
+					   *now);
 		tq->think.last_done = done;
 		view[t].anticipated = prism_anticipated(&tq->think, *now,
 							*window);
