@@ -749,3 +749,29 @@ def test_guest_timeouts_are_dropped_when_the_clock_counts_instructions():
     from prism.guest import benchrun
     assert benchrun.run_timeout({"runtime": 10}, 310) == 310
     assert benchrun.run_timeout({"clock": "instructions"}, 310) is None
+
+
+def test_flight_series_table_shows_the_controller_during_the_runs():
+    """The depth controller once a second: each run's median and least
+    limit and paced duty, and the part of the samples in which the lower
+    tiers were held below the device's depth or paced, means over the
+    runs; runs without samples (other schedulers, older raw output) are
+    left out."""
+    def series(limits, duties):
+        return [{"t": i, "lower_limit": lim, "lower_duty": d, "device_depth": 64}
+                for i, (lim, d) in enumerate(zip(limits, duties, strict=True))]
+    runs = [{"scheduler": "prism",
+             "prism_flight_series": series([64, 4, 2, 2], [100] * 4)},
+            {"scheduler": "prism",
+             "prism_flight_series": series([1, 1, 1, 64], [50, 50, 100, 100])},
+            {"scheduler": "none"}]
+    lines = report.flight_series_table(runs)
+    row = next(line for line in lines if line.startswith("| prism |"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[1].startswith("4 ± ")                 # samples
+    assert cells[2].startswith("2.0 ± ")               # medians 3 and 1
+    assert cells[3].startswith("2 ± ")                 # least 2 and 1, mean 1.5 -> 2
+    assert cells[4].startswith("88 ± ")                # duty medians 100 and 75
+    assert cells[5].startswith("75 ± ")                # limited 3/4 and 3/4
+    assert not any(line.startswith("| none |") for line in lines)
+    assert report.flight_series_table([{"scheduler": "prism"}]) == []

@@ -6,6 +6,9 @@ results.json schema (version 1):
    "runs": [{"kernel", "workload", "scheduler", "rep", "device",
              "device_util", "wall_s", "prism_tiers"?, "prism_flight"? (the
              in-flight control from debugfs at the run's end),
+             "prism_flight_series"? ([{"t", "lower_limit", "lower_duty",
+                                      "device_depth"}]: the same once a second
+                                      from the end of the ramp),
              "prism_latency"? (its latency histograms: "bounds_ns", and
                                "hists" {"wait|device TIER DIR": {bucket:
                                count}}, counted from the end of the ramp),
@@ -31,6 +34,7 @@ from __future__ import annotations
 import csv
 import datetime
 import json
+import statistics
 from pathlib import Path
 
 from ..common import stats
@@ -60,6 +64,8 @@ def collect(raw: Path, kernel: str) -> list[dict]:
             run["prism_flight"] = meta["prism_flight"]
         if "prism_latency" in meta:
             run["prism_latency"] = meta["prism_latency"]
+        if meta.get("prism_flight_series"):
+            run["prism_flight_series"] = meta["prism_flight_series"]
         if (rundir / "jobs.json").exists():
             # An application's run (prism.guest.pgbench): its records are made in the guest.
             run["jobs"] = json.loads((rundir / "jobs.json").read_text())
@@ -411,6 +417,7 @@ def report_md(out: Path, command: str, plan: dict, runs: list[dict],
             mine = [r for r in runs if r["kernel"] == kernel and r["workload"] == workload]
             lines += machine_table(mine)
             lines += flight_table(mine)
+            lines += flight_series_table(mine)
             lines += latency_table(mine)
             lines += drive_table([r for r in mine if "drive" in r])
             for img in images:
@@ -650,6 +657,48 @@ def flight_table(runs: list[dict]) -> list[str]:
                      f"{col(flight('held_depth'), 1, 0)} | {col(flight('held_paced'), 1, 0)} | "
                      f"{col(flight('held_flow'), 1, 0)} | "
                      f"{col(flight('held_fair'), 1, 0)} | {col(shared, 0.01, 0)} % |")
+    return lines + [""]
+
+
+def flight_series_table(runs: list[dict]) -> list[str]:
+    """The depth controller during each prism run (debugfs "flight" once
+    a second after the ramp): the limit on the lower tiers' requests in
+    flight and their paced duty, each run's median and least, and the
+    part of the samples in which it held them below the device's depth;
+    means over the runs."""
+    rows = [r for r in runs if r.get("prism_flight_series")]
+    if not rows:
+        return []
+    lines = ["The depth controller during the runs (debugfs `flight` once a second after "
+             "the ramp; each run's median and least, then the mean over the runs; limited: "
+             "the samples with the lower tiers held below the device's depth or paced):", "",
+             "| scheduler | samples | lower limit, median | lower limit, least "
+             "| paced duty, median (%) | limited |",
+             "|---|---|---|---|---|---|"]
+
+    def per_run(r: dict, key: str, how) -> float | None:
+        vals = [s[key] for s in r["prism_flight_series"] if s.get(key) is not None]
+        return how(vals) if vals else None
+
+    def limited(r: dict) -> float | None:
+        samples = [s for s in r["prism_flight_series"]
+                   if s.get("lower_limit") is not None and s.get("device_depth")]
+        if not samples:
+            return None
+        return sum(s["lower_limit"] < s["device_depth"] or
+                   (s.get("lower_duty") or 100) < 100 for s in samples) / len(samples)
+
+    for sched in dict.fromkeys(r["scheduler"] for r in rows):
+        mine = [r for r in rows if r["scheduler"] == sched]
+
+        def col(get, scale: float = 1, digits: int = 0, mine=mine) -> str:
+            return _fmt(stats.summarize([get(r) for r in mine]), scale, digits)
+        lines.append(
+            f"| {sched} | {col(lambda r: len(r['prism_flight_series']))} | "
+            f"{col(lambda r: per_run(r, 'lower_limit', statistics.median), 1, 1)} | "
+            f"{col(lambda r: per_run(r, 'lower_limit', min))} | "
+            f"{col(lambda r: per_run(r, 'lower_duty', statistics.median))} | "
+            f"{col(limited, 0.01)} % |")
     return lines + [""]
 
 

@@ -170,22 +170,47 @@ class RunMarks:
     def __init__(self, device: Device, plan: dict, run: dict):
         # prism's histograms count from the end of the ramp, as fio does.
         self.latency_reset = None
+        self.stopped = threading.Event()
+        self.flight_series: list[dict] = []
+        self.sampler = None
+        self.t0 = time.monotonic()
         if parse_scheduler(run["scheduler"])[0] == "prism":
             self.latency_reset = threading.Timer(plan["ramp"], g.prism_latency_reset,
                                                  [device.name])
             self.latency_reset.start()
+            self.sampler = threading.Thread(target=self._sample_flight,
+                                            args=(device.name, plan["ramp"]), daemon=True)
+            self.sampler.start()
         self.before = device.stat()
         self.cpu_before = cpu_times()
         self.trace = Path(plan["trace"]) if plan.get("trace") else None
         self.trace_from = self.trace.stat().st_size if self.trace else 0
-        self.t0 = time.monotonic()
         self.wall = 0.0
         self.after: list[int] = []
         self.cpu: dict = {}
 
+    def _sample_flight(self, dev: str, ramp: float) -> None:
+        """The depth controller's state once a second from the end of the
+        ramp: the limit on the lower tiers' requests in flight and their
+        paced duty. The snapshot at the end of a run cannot show them:
+        the limit is lifted once the tiers it protected go quiet."""
+        if self.stopped.wait(ramp):
+            return
+        while not self.stopped.wait(1.0):
+            try:
+                f = g.prism_flight(dev)
+            except (OSError, ValueError):
+                return      # the scheduler was switched away: nothing to read
+            self.flight_series.append({
+                "t": round(time.monotonic() - self.t0, 1),
+                **{k: f.get(k) for k in ("lower_limit", "lower_duty", "device_depth")}})
+
     def stop(self, device: Device) -> None:
         if self.latency_reset:
             self.latency_reset.cancel()
+        self.stopped.set()
+        if self.sampler:
+            self.sampler.join(timeout=10)
         self.wall = time.monotonic() - self.t0
         self.after = device.stat()
         self.cpu = cpu_shares(self.cpu_before, cpu_times())
@@ -205,6 +230,7 @@ class RunMarks:
             meta["prism_tiers"] = g.prism_tiers(device.name)
             meta["prism_flight"] = g.prism_flight(device.name)
             meta["prism_latency"] = g.prism_latency(device.name)
+            meta["prism_flight_series"] = self.flight_series
         (rundir / "meta.json").write_text(json.dumps(meta, indent=1))
         return meta
 
