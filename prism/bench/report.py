@@ -168,6 +168,11 @@ def _fmt(m: dict | None, scale: float = 1.0, digits: int = 0) -> str:
     return s
 
 
+def _runs_cell(runs: list[dict], get, scale: float = 1.0, digits: int = 0) -> str:
+    """A table cell: the mean and interval of get(run) over @runs."""
+    return _fmt(stats.summarize([get(r) for r in runs]), scale, digits)
+
+
 def _save(plt, fig, out: Path, name: str, made: list[str]) -> None:
     fig.tight_layout()
     fig.savefig(out / name, dpi=90)
@@ -648,7 +653,7 @@ def flight_table(runs: list[dict]) -> list[str]:
         mine = [r for r in rows if r["scheduler"] == sched]
 
         def col(get, scale: float, digits: int, mine=mine) -> str:
-            return _fmt(stats.summarize([get(r) for r in mine]), scale, digits)
+            return _runs_cell(mine, get, scale, digits)
         lines.append(f"| {sched} | {col(flight('window_us'), 1000, 2)} | "
                      f"{col(think('high'), 1000, 2)} | {col(think('normal'), 1000, 2)} | "
                      f"{col(flight('bulk_us', 'bulk_samples'), 1000, 2)} | "
@@ -690,15 +695,12 @@ def flight_series_table(runs: list[dict]) -> list[str]:
 
     for sched in dict.fromkeys(r["scheduler"] for r in rows):
         mine = [r for r in rows if r["scheduler"] == sched]
-
-        def col(get, scale: float = 1, digits: int = 0, mine=mine) -> str:
-            return _fmt(stats.summarize([get(r) for r in mine]), scale, digits)
         lines.append(
-            f"| {sched} | {col(lambda r: len(r['prism_flight_series']))} | "
-            f"{col(lambda r: per_run(r, 'lower_limit', statistics.median), 1, 1)} | "
-            f"{col(lambda r: per_run(r, 'lower_limit', min))} | "
-            f"{col(lambda r: per_run(r, 'lower_duty', statistics.median))} | "
-            f"{col(limited, 0.01)} % |")
+            f"| {sched} | {_runs_cell(mine, lambda r: len(r['prism_flight_series']))} | "
+            f"{_runs_cell(mine, lambda r: per_run(r, 'lower_limit', statistics.median), 1, 1)} | "
+            f"{_runs_cell(mine, lambda r: per_run(r, 'lower_limit', min))} | "
+            f"{_runs_cell(mine, lambda r: per_run(r, 'lower_duty', statistics.median))} | "
+            f"{_runs_cell(mine, limited, 0.01)} % |")
     return lines + [""]
 
 
