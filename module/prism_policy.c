@@ -310,6 +310,15 @@ static bool tier_active(const struct prism_tier_view *v)
 	       v->chained || v->flushing;
 }
 
+/*
+ * The depth controller limits the tiers below an active one: fewer in
+ * flight than the device takes, or paced.
+ */
+static bool depth_limited(const struct prism_flight *f)
+{
+	return f->lower_limit < f->depth || f->lower_duty < PRISM_DUTY_FULL;
+}
+
 /* The open batch in @tier waits for its flow (see prism_flow_expected()). */
 static bool batch_waits(const struct prism_tier_view view[PRISM_NR_TIERS],
 			const struct prism_batch *b,
@@ -344,7 +353,14 @@ static void batch_close(struct prism_batch *b)
  * or chained (a sync-write chain under way: see prism_chained()).
  * Below an anticipated tier nothing is dispatched in its own right, below
  * a chained one nothing of LOW; below one in flight only within the
- * device's depth and lower_limit. Shares
+ * device's depth and lower_limit. So too below a recent one (a request of
+ * it completed lately) while the controller limits: on a device that
+ * queues, the links of a transaction come tens of milliseconds apart
+ * (an fsync'd append on the cloud volume: 20-40 ms), far past any window,
+ * and a bulk tier let in between them fills the device's queue, where
+ * the next link waits behind all of it (the limit at one request, LOW
+ * still had the whole volume, and the appender's fsync P99 was 3.8x
+ * alone). Shares
  * pass the window, since a share is what bounds the wait of the tiers
  * below, but not the depth; aging passes both.
  *
@@ -368,7 +384,8 @@ bool prism_choose(const struct prism_tier_view view[PRISM_NR_TIERS],
 
 	*hold = PRISM_HOLD_NONE;
 	for (guard = 0; guard < PRISM_NR_TIERS; guard++)
-		if (tier_active(&view[guard]) || batch_waits(view, b, t, guard))
+		if (tier_active(&view[guard]) || batch_waits(view, b, t, guard) ||
+		    (view[guard].recent && depth_limited(f)))
 			break;
 	for (tier = guard; tier < PRISM_NR_TIERS; tier++)
 		if (tier_queued(&view[tier]))

@@ -189,6 +189,14 @@ struct prism_tier_view {
 	 */
 	bool flushing;
 	/*
+	 * A request of this tier completed within PRISM_DEPTH_QUIET, the time
+	 * after which the depth controller lifts its limit: the tier still
+	 * runs its transactions, though nothing of it is in the device now.
+	 * While the controller limits, the tiers below keep to it (see
+	 * prism_choose()).
+	 */
+	bool recent;
+	/*
 	 * Requests the batch's flow has left on the batch's FIFO list, for
 	 * the tier the batch is open in (see prism_batch): whether the batch
 	 * can go on.

@@ -1214,6 +1214,19 @@ static noinline bool prism_recently_done(struct prism_data *pd,
 	return time_before(jiffies, READ_ONCE(tq->last_done) + window);
 }
 
+/*
+ * A request of @tq completed within PRISM_DEPTH_QUIET (see
+ * prism_tier_view.recent); jiffies only.
+ */
+static __always_inline bool prism_tier_recent(struct prism_tier_queue *tq,
+					      unsigned long now)
+{
+	unsigned long quiet = msecs_to_jiffies(PRISM_DEPTH_QUIET /
+					       NSEC_PER_MSEC);
+
+	return time_before(now, READ_ONCE(tq->last_done) + quiet);
+}
+
 static __always_inline bool prism_tier_quiet(struct prism_data *pd,
 					     const struct prism_tunables *tun,
 					     struct request_queue *q,
@@ -1695,8 +1708,10 @@ static void prism_view_flight(struct prism_data *pd, struct request_queue *q,
 		view[t].anticipated = false;
 		view[t].chained = false;
 		view[t].flushing = false;
+		view[t].recent = t < first &&
+				 prism_tier_recent(&pd->tier[t], jiffies);
 		ours += view[t].inflight;
-		if (t < first && (view[t].inflight ||
+		if (t < first && (view[t].inflight || view[t].recent ||
 				  READ_ONCE(pd->tier[t].done_ns)))
 			guarded = true;
 	}
@@ -1993,18 +2008,37 @@ static struct prism_flow *prism_flow_waited(struct prism_data *pd,
 }
 
 /*
+ * Whether a tier above @tier had a request complete lately, while the
+ * depth controller limits the tiers below (see prism_choose()). Lockless.
+ */
+static bool prism_higher_limits(struct prism_data *pd, int tier, u32 depth)
+{
+	unsigned long now = jiffies;
+	int t;
+
+	if (pd->depth.limit >= depth && pd->depth.duty >= PRISM_DUTY_FULL)
+		return false;
+	for (t = 0; t < tier; t++)
+		if (prism_tier_recent(&pd->tier[t], now))
+			return true;
+	return false;
+}
+
+/*
  * Whether @tier is the only tier that could be served or guard the device:
  * no other tier has requests queued (all of pd->nr_queued is @tier's,
- * the at-head list and the direct lane being empty here), and none above
- * it is active (prism_higher_quiet()). The test for
- * prism_dispatch_request()'s shortcut (see prism_choose_batch()).
+ * the at-head list and the direct lane being empty here), none above it
+ * is active (prism_higher_quiet()), nor limits it as a recent one does.
+ * The test for prism_dispatch_request()'s shortcut (see
+ * prism_choose_batch()).
  */
 static bool prism_tier_alone(struct prism_data *pd,
 			     const struct prism_tunables *tun,
-			     struct request_queue *q, int tier)
+			     struct request_queue *q, int tier, u32 depth)
 {
 	return pd->nr_queued == tq_queued(&pd->tier[tier]) &&
-	       prism_higher_quiet(pd, tun, q, tier);
+	       prism_higher_quiet(pd, tun, q, tier) &&
+	       !prism_higher_limits(pd, tier, depth);
 }
 
 /*
@@ -2273,7 +2307,7 @@ static struct request *prism_dispatch_request(struct blk_mq_hw_ctx *hctx)
 		;
 	if (t < PRISM_NR_TIERS && !pd->idle_since && !tun->rate_kbps[t] &&
 	    !prism_fair_full(pd, tun, t, depth) &&
-	    prism_tier_alone(pd, tun, q, t)) {
+	    prism_tier_alone(pd, tun, q, t, depth)) {
 		u32 left = 0;
 
 		fl = NULL;

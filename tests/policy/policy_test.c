@@ -1027,6 +1027,56 @@ TEST(lower_tier_held_while_the_device_is_full)
 	CHECK_EQ(c.tier, PRISM_LOW);
 }
 
+TEST(a_recent_tier_keeps_the_limit_between_its_links)
+{
+	CHOOSE_SETUP;
+	struct prism_flight f = {
+		.depth = 64, .lower_limit = 2, .lower_duty = PRISM_DUTY_FULL
+	};
+	enum prism_hold hold;
+
+	/*
+	 * HIGH's last link completed lately, its next is not due within the
+	 * window: nothing of it is in flight or anticipated, yet LOW keeps
+	 * to the controller's limit.
+	 */
+	view_set(v, PRISM_LOW, PRISM_SYNC_WRITE, 50, 10);
+	v[PRISM_HIGH].recent = true;
+	v[PRISM_LOW].inflight = 1;
+	CHECK(mech_choose(v, &b, &t, &f, 20, &c, &hold));
+	CHECK_EQ(c.tier, PRISM_LOW);
+	v[PRISM_LOW].inflight = 2;
+	CHECK(!mech_choose(v, &b, &t, &f, 20, &c, &hold));
+	CHECK_EQ(hold, PRISM_HOLD_DEPTH);
+	/* Paced: one at a time, after its gap. */
+	f.lower_limit = 1;
+	f.lower_duty = 50;
+	f.lower_service = 2 * MS;
+	f.quiet[PRISM_LOW] = 1 * MS;
+	v[PRISM_LOW].inflight = 0;
+	CHECK(!mech_choose(v, &b, &t, &f, 20, &c, &hold));
+	CHECK_EQ(hold, PRISM_HOLD_DEPTH);
+	f.quiet[PRISM_LOW] = 2 * MS;
+	CHECK(mech_choose(v, &b, &t, &f, 20, &c, &hold));
+	CHECK_EQ(c.tier, PRISM_LOW);
+	/* The controller does not limit: a recent tier holds nothing. */
+	f.lower_limit = 64;
+	f.lower_duty = PRISM_DUTY_FULL;
+	v[PRISM_LOW].inflight = 20;
+	CHECK(mech_choose(v, &b, &t, &f, 20, &c, &hold));
+	CHECK_EQ(c.tier, PRISM_LOW);
+	/* Nor does a tier that is not recent. */
+	f.lower_limit = 2;
+	v[PRISM_HIGH].recent = false;
+	CHECK(mech_choose(v, &b, &t, &f, 20, &c, &hold));
+	CHECK_EQ(c.tier, PRISM_LOW);
+	/* A recent tier is not served: only the tiers below it are limited. */
+	v[PRISM_NORMAL].recent = true;
+	view_set(v, PRISM_NORMAL, PRISM_READ, 5, 10);
+	CHECK(mech_choose(v, &b, &t, &f, 20, &c, &hold));
+	CHECK_EQ(c.tier, PRISM_NORMAL);
+}
+
 TEST(a_flush_keeps_its_tier_active)
 {
 	CHOOSE_SETUP;
