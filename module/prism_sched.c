@@ -2121,13 +2121,16 @@ static void prism_view_paced(struct prism_data *pd, struct prism_flight *f)
 
 /*
  * Paced tiers held for their gap: the queue runs again when it ends, not
- * only at the next completion. A timer already set (a window, a flow's
- * wait) ends sooner or runs the queue, which sets this one again.
+ * only at the next completion. The held tier is @first, the highest with
+ * requests queued (prism_choose() holds no tier above it, and serves
+ * none below it in its own right); its gap ends last of the tiers from
+ * it down. A timer already set (a window, a flow's wait) ends sooner or
+ * runs the queue, which sets this one again.
  */
 static void prism_paced_hold(struct prism_data *pd,
-			     const struct prism_flight *f)
+			     const struct prism_flight *f, int first)
 {
-	u64 wait = prism_paced_wait(f, PRISM_LOW);
+	u64 wait = prism_paced_wait(f, first);
 
 	if (!wait)
 		return;
@@ -2201,7 +2204,7 @@ prism_choose_viewed(struct prism_data *pd, struct blk_mq_hw_ctx *hctx,
 	else if (hold != PRISM_HOLD_NONE)
 		prism_hold(pd, hctx, hold, view, *now, window);
 	if (hold == PRISM_HOLD_DEPTH && flight.lower_duty < PRISM_DUTY_FULL)
-		prism_paced_hold(pd, &flight);
+		prism_paced_hold(pd, &flight, first);
 	if (throttled)
 		prism_rate_hold(pd, tun, throttled, *now);
 	return false;
