@@ -310,15 +310,6 @@ static bool tier_active(const struct prism_tier_view *v)
 	       v->chained || v->flushing;
 }
 
-/*
- * The depth controller limits the tiers below an active one: fewer in
- * flight than the device takes, or paced.
- */
-static bool depth_limited(const struct prism_flight *f)
-{
-	return f->lower_limit < f->depth || f->lower_duty < PRISM_DUTY_FULL;
-}
-
 /* The open batch in @tier waits for its flow (see prism_flow_expected()). */
 static bool batch_waits(const struct prism_tier_view view[PRISM_NR_TIERS],
 			const struct prism_batch *b,
@@ -385,7 +376,9 @@ bool prism_choose(const struct prism_tier_view view[PRISM_NR_TIERS],
 	*hold = PRISM_HOLD_NONE;
 	for (guard = 0; guard < PRISM_NR_TIERS; guard++)
 		if (tier_active(&view[guard]) || batch_waits(view, b, t, guard) ||
-		    (view[guard].recent && depth_limited(f)))
+		    (view[guard].recent &&
+		     prism_depth_limits(f->lower_limit, f->lower_duty,
+					f->depth)))
 			break;
 	for (tier = guard; tier < PRISM_NR_TIERS; tier++)
 		if (tier_queued(&view[tier]))

@@ -644,6 +644,16 @@ struct prism_depth_ctl {
 };
 
 #define PRISM_DUTY_FULL		100
+
+/*
+ * Whether the controller at @limit and @duty limits the tiers below an
+ * active one on a device that takes @depth: fewer in flight than the
+ * device takes, or paced.
+ */
+static inline bool prism_depth_limits(u32 limit, u32 duty, u32 depth)
+{
+	return limit < depth || duty < PRISM_DUTY_FULL;
+}
 #define PRISM_DUTY_STEP		10
 
 /*
@@ -1410,8 +1420,8 @@ static inline bool prism_lane_off(bool sorted, u64 flow_window,
 				  bool weights_differ, u32 limit, u32 duty,
 				  u32 depth, bool capped)
 {
-	return sorted || flow_window || weights_differ || limit < depth ||
-	       duty < PRISM_DUTY_FULL || capped;
+	return sorted || flow_window || weights_differ ||
+	       prism_depth_limits(limit, duty, depth) || capped;
 }
 
 /*

@@ -2016,7 +2016,7 @@ static bool prism_higher_limits(struct prism_data *pd, int tier, u32 depth)
 	unsigned long now = jiffies;
 	int t;
 
-	if (pd->depth.limit >= depth && pd->depth.duty >= PRISM_DUTY_FULL)
+	if (!prism_depth_limits(pd->depth.limit, pd->depth.duty, depth))
 		return false;
 	for (t = 0; t < tier; t++)
 		if (prism_tier_recent(&pd->tier[t], now))
