@@ -697,14 +697,17 @@ void prism_bulk_sample(struct prism_depth_ctl *d, u64 service)
  * for PRISM_DEPTH_QUIET and nothing of theirs in the device. A request
  * still in flight is not quiet: on a queueing disk it may be the one
  * starved behind the bulk work, and lifting the limit then would hand
- * the drive back to the bulk work at the worst moment.
+ * the drive back to the bulk work at the worst moment. Or at once when
+ * one tier alone is about (not @contended): there is nothing to limit,
+ * and the tiers below come back to a device at full depth, as after a
+ * quiet spell.
  */
 void prism_depth_idle(struct prism_depth_ctl *d, u64 now, u32 depth,
-		      bool higher_inflight)
+		      bool higher_inflight, bool contended)
 {
 	if ((d->limit != depth || d->duty != PRISM_DUTY_FULL) &&
-	    !higher_inflight &&
-	    (!d->last_sample || now - d->last_sample > PRISM_DEPTH_QUIET)) {
+	    (!contended || (!higher_inflight &&
+	     (!d->last_sample || now - d->last_sample > PRISM_DEPTH_QUIET)))) {
 		d->limit = depth ? depth : 1;
 		d->duty = PRISM_DUTY_FULL;
 	}
@@ -724,6 +727,22 @@ u64 prism_depth_target(const struct prism_depth_ctl *d,
 }
 
 /*
+ * One higher-tier completion with device time @lat, taken for the device's
+ * latency (the target is drawn from it) but not acted on: the mechanism's
+ * choice while one tier alone is about, when nothing below could be the
+ * cause of a slow completion and a cut would only close the direct lane.
+ */
+void prism_depth_observe(struct prism_depth_ctl *d, u64 lat, bool solo,
+			 u64 now)
+{
+	if (solo)
+		floor_sample(&d->solo, &d->solo_samples, lat);
+	floor_sample(&d->floor, &d->floor_samples, lat);
+	ewma(&d->lat, lat);
+	d->last_sample = now;
+}
+
+/*
  * One higher-tier completion with device time @lat; @solo if nothing of a
  * lower tier was in flight when it was dispatched. Additive increase,
  * multiplicative decrease, as TCP's congestion window: the limit settles
@@ -737,11 +756,7 @@ void prism_depth_sample(struct prism_depth_ctl *d,
 
 	if (!depth)
 		depth = 1;
-	if (solo)
-		floor_sample(&d->solo, &d->solo_samples, lat);
-	floor_sample(&d->floor, &d->floor_samples, lat);
-	ewma(&d->lat, lat);
-	d->last_sample = now;
+	prism_depth_observe(d, lat, solo, now);
 	if (d->limit > depth)
 		d->limit = depth;
 

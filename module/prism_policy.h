@@ -673,11 +673,13 @@ static inline bool prism_depth_limits(u32 limit, u32 duty, u32 depth)
 void prism_depth_init(struct prism_depth_ctl *d, u32 depth);
 u64 prism_depth_target(const struct prism_depth_ctl *d,
 		       const struct prism_tunables *t);
+void prism_depth_observe(struct prism_depth_ctl *d, u64 lat, bool solo,
+			 u64 now);
 void prism_depth_sample(struct prism_depth_ctl *d,
 			const struct prism_tunables *t, u64 lat, bool solo,
 			u64 now, u32 depth);
 void prism_depth_idle(struct prism_depth_ctl *d, u64 now, u32 depth,
-		      bool higher_inflight);
+		      bool higher_inflight, bool contended);
 void prism_bulk_sample(struct prism_depth_ctl *d, u64 service);
 u64 prism_paced_gap(u64 service, u32 duty);
 u64 prism_paced_wait(const struct prism_flight *f, int tier);

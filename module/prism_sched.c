@@ -1570,16 +1570,45 @@ static bool prism_lat_take(atomic64_t *acc, u64 *mean)
 }
 
 /*
+ * Whether two tiers or more are about: own requests or completed one
+ * within PRISM_DEPTH_QUIET. Otherwise the depth controller has nothing to
+ * limit (prism_depth_observe(), prism_depth_idle()).
+ */
+static bool prism_tiers_contend(struct prism_data *pd)
+{
+	unsigned long now = jiffies;
+	int t, about = 0;
+
+	for (t = 0; t < PRISM_NR_TIERS; t++) {
+		struct prism_tier_queue *tq = &pd->tier[t];
+
+		if ((prism_owned(tq) || prism_tier_recent(tq, now)) &&
+		    ++about > 1)
+			return true;
+	}
+	return false;
+}
+
+/*
  * Fold the device times finish_request() summed into the depth
- * controller, one sample per kind (their mean) since the last fold.
+ * controller, one sample per kind (their mean) since the last fold. A
+ * sample taken with a lower request in flight is evidence against it; a
+ * solo one is only while another tier is about: a tier alone, slow by
+ * its own queue, must not have a limit set that nothing needs and that
+ * closes the direct lane.
  */
 static void prism_fold_latency(struct prism_data *pd, u64 now, u32 depth)
 {
 	const struct prism_tunables *t = prism_tun(pd);
 	u64 mean;
 
-	if (prism_lat_take(&pd->lat.solo, &mean))
-		prism_depth_sample(&pd->depth, t, mean, true, now, depth);
+	if (prism_lat_take(&pd->lat.solo, &mean)) {
+		if (prism_tiers_contend(pd))
+			prism_depth_sample(&pd->depth, t, mean, true, now,
+					   depth);
+		else
+			prism_depth_observe(&pd->depth, mean, true, now);
+	}
 	if (prism_lat_take(&pd->lat.all, &mean))
 		prism_depth_sample(&pd->depth, t, mean, false, now, depth);
 	if (prism_lat_take(&pd->lat.bulk, &mean))
@@ -2288,7 +2317,8 @@ static struct request *prism_dispatch_request(struct blk_mq_hw_ctx *hctx)
 			now = ktime_get_ns();
 		prism_depth_idle(&pd->depth, now, depth,
 				 prism_inflight(&pd->tier[PRISM_HIGH]) ||
-				 prism_inflight(&pd->tier[PRISM_NORMAL]));
+				 prism_inflight(&pd->tier[PRISM_NORMAL]),
+				 prism_tiers_contend(pd));
 	}
 	pd->lane_off = prism_lane_off(pd->sorted, flow_window, differ,
 				      pd->depth.limit, pd->depth.duty, depth,

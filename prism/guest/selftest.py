@@ -770,8 +770,10 @@ def check_direct_lane(ctx) -> dict:
     0.1 ms: one reader at iodepth 4 alone has most of its dispatches from
     the lane; an IDLE reader (iodepth 4) beside an RT one (iodepth 1)
     almost none of its (the RT tier is in flight or anticipated whenever
-    the IDLE request arrives), and it still completes I/O. Books balance
-    after each run."""
+    the IDLE request arrives), and it still completes I/O. Alone, the
+    depth controller never cuts (nothing below the reader to limit: a cut
+    there closed the lane on a slow host). Books balance after each
+    run."""
     runs = {}
     base = ["--direct=1", "--ioengine=libaio", "--runtime=3", "--time_based=1",
             "--group_reporting=0", "--rw=randread", "--bs=4k", "--randrepeat=0"]
@@ -791,14 +793,17 @@ def check_direct_lane(ctx) -> dict:
             runs[name] = {"ios": {j[0]: job(rep, j[0])["ios"] for j in jobs},
                           "direct": {t: v["direct"] for t, v in tiers.items()},
                           "dispatched": {t: v["dispatched"] for t, v in tiers.items()},
-                          "batch": g.prism_batch(dev), "balanced": books["balanced"]}
+                          "batch": g.prism_batch(dev), "balanced": books["balanced"],
+                          "controller": {k: v for k, v in g.prism_flight(dev).items()
+                                         if not isinstance(v, dict)}}
         g.set_scheduler(dev, "none")
     alone, guarded = runs["alone"], runs["guarded"]
     alone_share = alone["direct"]["normal"] / max(alone["dispatched"]["normal"], 1)
     idle_share = guarded["direct"]["low"] / max(guarded["dispatched"]["low"], 1)
+    alone_cuts = alone["controller"]["cuts"]
     ok = (alone_share >= 0.5 and idle_share <= 0.05 and guarded["ios"]["idle"] > 0
-          and all(r["balanced"] for r in runs.values()))
-    return {"ok": ok, "alone_direct_share": round(alone_share, 3),
+          and alone_cuts == 0 and all(r["balanced"] for r in runs.values()))
+    return {"ok": ok, "alone_direct_share": round(alone_share, 3), "alone_cuts": alone_cuts,
             "idle_direct_share": round(idle_share, 3), "runs": runs}
 
 

@@ -1387,12 +1387,43 @@ TEST(depth_limit_floor_auto_target_and_release)
 	prism_depth_sample(&d, &t, 1 * MS, false, 114 * MS, 64);
 	CHECK_EQ(d.limit, 13);
 	/* Quiet higher tiers lift it; not before, nor with one in flight. */
-	prism_depth_idle(&d, 114 * MS + PRISM_DEPTH_QUIET, 64, false);
+	prism_depth_idle(&d, 114 * MS + PRISM_DEPTH_QUIET, 64, false, true);
 	CHECK_EQ(d.limit, 13);
-	prism_depth_idle(&d, 115 * MS + PRISM_DEPTH_QUIET, 64, true);
+	prism_depth_idle(&d, 115 * MS + PRISM_DEPTH_QUIET, 64, true, true);
 	CHECK_EQ(d.limit, 13);
-	prism_depth_idle(&d, 115 * MS + PRISM_DEPTH_QUIET, 64, false);
+	prism_depth_idle(&d, 115 * MS + PRISM_DEPTH_QUIET, 64, false, true);
 	CHECK_EQ(d.limit, 64);
+}
+
+TEST(one_tier_alone_is_observed_not_limited)
+{
+	struct prism_depth_ctl d;
+
+	/*
+	 * A tier alone on the device, slow by its own queue: its samples
+	 * still give the device's latency, but cut nothing, since nothing
+	 * below it is there to limit.
+	 */
+	prism_depth_init(&d, 8);
+	prism_depth_observe(&d, 1 * MS, true, 10 * MS);
+	prism_depth_observe(&d, 50 * MS, false, 20 * MS);
+	CHECK_EQ(d.limit, 8);
+	CHECK_EQ(d.duty, PRISM_DUTY_FULL);
+	CHECK_EQ(d.cuts, 0);
+	CHECK_EQ(d.solo, 1 * MS);
+	CHECK(d.floor > 1 * MS && d.floor < 2 * MS);
+	CHECK_EQ(d.last_sample, 20 * MS);
+	/*
+	 * A limit left from when another tier was about is lifted at once,
+	 * even with the tier in flight and sampled a moment ago.
+	 */
+	d.limit = 2;
+	d.duty = 20;
+	prism_depth_idle(&d, 21 * MS, 8, true, true);
+	CHECK_EQ(d.limit, 2);
+	prism_depth_idle(&d, 21 * MS, 8, true, false);
+	CHECK_EQ(d.limit, 8);
+	CHECK_EQ(d.duty, PRISM_DUTY_FULL);
 }
 
 TEST(pacing_below_one_request_halves_grows_and_lifts)
@@ -1434,7 +1465,7 @@ TEST(pacing_below_one_request_halves_grows_and_lifts)
 	/* A quiet higher tier lifts both. */
 	d.limit = 1;
 	d.duty = 10;
-	prism_depth_idle(&d, 170 * MS + PRISM_DEPTH_QUIET + 1, 8, false);
+	prism_depth_idle(&d, 170 * MS + PRISM_DEPTH_QUIET + 1, 8, false, true);
 	CHECK_EQ(d.limit, 8);
 	CHECK_EQ(d.duty, PRISM_DUTY_FULL);
 	/* A device that takes one request: nothing to pace against. */
