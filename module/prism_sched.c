@@ -237,6 +237,12 @@ struct prism_tier_queue {
 	atomic64_t merged_away;	/* finished without, merged into another */
 	unsigned long last_done;	/* jiffies of the last completion or flush seen */
 	/*
+	 * jiffies of the last completion but background writeback's, which
+	 * pacing lets through in the gaps (pick_writeback()) and so must not
+	 * restart them: prism_view_paced().
+	 */
+	unsigned long paced_done;
+	/*
 	 * In-flight control. done_ns: ktime of the last completion, written
 	 * locklessly by finish_request() (HIGH and NORMAL only: nothing waits
 	 * for LOW); think: the think time, under the lock.
@@ -2132,8 +2138,11 @@ static bool prism_fair_full(struct prism_data *pd,
 /*
  * What pacing needs (see prism_depth_ctl.duty): the tiers' service time
  * on an idle device (unmeasured: none, and pacing only keeps them to one
- * at a time) and how long ago each tier's last request left the device,
- * to the jiffy.
+ * at a time) and how long ago each tier's last paced request left the
+ * device, to the jiffy. Not its last background write: one sent in each
+ * gap would start the gap again, and the reads paced behind a steady
+ * writeback would never be let in (pgbench beside an IDLE reader on the
+ * small cloud volume: seconds without a read).
  */
 static void prism_view_paced(struct prism_data *pd, struct prism_flight *f)
 {
@@ -2142,7 +2151,7 @@ static void prism_view_paced(struct prism_data *pd, struct prism_flight *f)
 
 	f->lower_service = pd->depth.bulk_samples ? pd->depth.bulk : 0;
 	for (t = 0; t < PRISM_NR_TIERS; t++) {
-		unsigned long done = READ_ONCE(pd->tier[t].last_done);
+		unsigned long done = READ_ONCE(pd->tier[t].paced_done);
 
 		f->quiet[t] = done ? jiffies_to_nsecs(now - done) : ~0ULL;
 	}
@@ -2724,6 +2733,9 @@ static __always_inline void __prism_finish(struct prism_data *pd,
 	/* One store per jiffy at most: this line is shared by completions. */
 	if (READ_ONCE(tq->last_done) != now)
 		WRITE_ONCE(tq->last_done, now);
+	if (READ_ONCE(tq->paced_done) != now &&
+	    !prism_op_background(rq->cmd_flags))
+		WRITE_ONCE(tq->paced_done, now);
 	learning = READ_ONCE(pd->learning);
 	if (learning || (st & (PRISM_RQ_TIMED | PRISM_RQ_IDLE_DEV)))
 		prism_finish_timed(pd, rq, tq, st, done, learning);
@@ -2977,6 +2989,7 @@ static int prism_init_sched(struct request_queue *q, struct elevator_type *e)
 		atomic64_set(&pd->tier[t].completed, 0);
 		atomic64_set(&pd->tier[t].merged_away, 0);
 		pd->tier[t].last_done = jiffies - HZ;
+		pd->tier[t].paced_done = jiffies - HZ;
 	}
 	atomic64_set(&pd->owned_out, 0);
 	prism_tunables_init(&tun->t, HZ);
