@@ -22,7 +22,8 @@ NVME_SERIAL = "prism-nvme"
 PGIMAGE_SERIAL = "prism-pgimage"
 # The emulated drives, by profile (prism.host.vm.ModelDisk attaches them).
 MODEL_SERIALS = {"hdd": "prism-hdd", "hdd-ncq": "prism-hdd-ncq",
-                 "ssd-model": "prism-ssd-model", "cloud": "prism-cloud"}
+                 "ssd-model": "prism-ssd-model", "cloud": "prism-cloud",
+                 "cloud-small": "prism-cloud-small"}
 DEBUGFS = Path("/sys/kernel/debug")
 CONFIGFS = Path("/sys/kernel/config")
 

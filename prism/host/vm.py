@@ -90,6 +90,9 @@ class ModelDisk:
     rundir: Path
     trace: bool = False
     proc: subprocess.Popen | None = None
+    # A second disk of one profile in a boot needs its own serial (and
+    # rundir, which holds its socket, image and trace).
+    serial_name: str | None = None
 
     @property
     def name(self) -> str:
@@ -97,7 +100,7 @@ class ModelDisk:
 
     @property
     def serial(self) -> str:
-        return MODEL_SERIALS[self.name]
+        return MODEL_SERIALS[self.serial_name or self.name]
 
     @property
     def socket(self) -> Path:
