@@ -325,3 +325,18 @@ def test_a_vm_that_exits_before_the_guest_starts_is_booted_once_more(monkeypatch
         monkeypatch.setattr(vm, "_boot", fake_boot)
         vm.run(k, "true", accel="tcg", rundir=tmp_path / f"run{boots}{started}")
         assert len(calls) == boots, (started, timed_out)
+
+
+def test_per_second_ios_counts_a_stalled_logs_gap_as_a_second_without_io(tmp_path):
+    """fio's iops log (1000 ms averages) skips entries while its job is
+    stalled; pacing_writeback_cloud must not read a 3 s gap as moving."""
+    from prism.guest.selftest import per_second_ios
+    log = tmp_path / "x_iops.1.log"
+    log.write_text("1000, 14, 0, 0, 0\n2001, 3, 0, 0, 0\n5004, 1, 0, 0, 0\n"
+                   "6003, 2, 0, 0, 0\n7004, 5, 0, 0, 0\n")
+    # First and last entries dropped in both readings.
+    assert per_second_ios(log) == [3, 1, 2]
+    assert per_second_ios(log, gaps=True) == [3, 0, 1, 2]
+    steady = tmp_path / "y_iops.1.log"
+    steady.write_text("".join(f"{1000 * i + 40}, 7, 0, 0, 0\n" for i in range(1, 6)))
+    assert per_second_ios(steady, gaps=True) == [7, 7, 7]
