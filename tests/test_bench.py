@@ -775,3 +775,28 @@ def test_flight_series_table_shows_the_controller_during_the_runs():
     assert cells[5].startswith("75 ± ")                # limited 3/4 and 3/4
     assert not any(line.startswith("| none |") for line in lines)
     assert report.flight_series_table([{"scheduler": "prism"}]) == []
+
+
+def test_cost_table_shows_what_each_variant_charged():
+    """The report's cost-model table: per scheduler variant, the media and
+    learning state and the mean charge of the reference requests in us;
+    runs without prism's cost (other schedulers) left out."""
+    def cost(rand_ns: int, learning: str) -> dict:
+        return {"model": {"model": "flash", "rbps": "0"},
+                "cost_ns": {"read_4k_rand": str(rand_ns), "read_4k_seq": "20000",
+                            "read_1m_seq": "2000000", "write_4k_rand": "25000"},
+                "learning": {"learning": learning, "samples": "9"}}
+    runs = [{"scheduler": "prism", "prism_cost": cost(20000, "off")},
+            {"scheduler": "prism", "prism_cost": cost(20000, "off")},
+            {"scheduler": "prism:cost_model=auto", "prism_cost": cost(4000000, "in_force")},
+            {"scheduler": "prism:cost_model=auto", "prism_cost": cost(6000000, "in_force")},
+            {"scheduler": "none"}]
+    lines = report.cost_table(runs)
+    rows = {line.split("|")[1].strip(): [c.strip() for c in line.strip("|").split("|")]
+            for line in lines if line.startswith("| prism")}
+    assert set(rows) == {"prism", "prism:cost_model=auto"}
+    assert rows["prism"][1:3] == ["flash", "off"]
+    assert rows["prism"][3] == "20.0 ± 0.0" and rows["prism"][5] == "2,000.0 ± 0.0"
+    assert rows["prism:cost_model=auto"][2] == "in_force"
+    assert rows["prism:cost_model=auto"][3].startswith("5,000.0 ± ")
+    assert report.cost_table([{"scheduler": "none"}]) == []

@@ -9,6 +9,9 @@ results.json schema (version 1):
              "prism_flight_series"? ([{"t", "lower_limit", "lower_duty",
                                       "device_depth"}]: the same once a second
                                       from the end of the ramp),
+             "prism_cost"? (its cost model at the run's end, debugfs "cost"
+                            by line: "model", "cost_ns", "learning",
+                            "learned"?, each {key: value as text}),
              "prism_latency"? (its latency histograms: "bounds_ns", and
                                "hists" {"wait|device TIER DIR": {bucket:
                                count}}, counted from the end of the ramp),
@@ -64,6 +67,8 @@ def collect(raw: Path, kernel: str) -> list[dict]:
             run["prism_flight"] = meta["prism_flight"]
         if "prism_latency" in meta:
             run["prism_latency"] = meta["prism_latency"]
+        if "prism_cost" in meta:
+            run["prism_cost"] = meta["prism_cost"]
         if meta.get("prism_flight_series"):
             run["prism_flight_series"] = meta["prism_flight_series"]
         if (rundir / "jobs.json").exists():
@@ -423,6 +428,7 @@ def report_md(out: Path, command: str, plan: dict, runs: list[dict],
             lines += machine_table(mine)
             lines += flight_table(mine)
             lines += flight_series_table(mine)
+            lines += cost_table(mine)
             lines += latency_table(mine)
             lines += drive_table([r for r in mine if "drive" in r])
             for img in images:
@@ -662,6 +668,37 @@ def flight_table(runs: list[dict]) -> list[str]:
                      f"{col(flight('held_depth'), 1, 0)} | {col(flight('held_paced'), 1, 0)} | "
                      f"{col(flight('held_flow'), 1, 0)} | "
                      f"{col(flight('held_fair'), 1, 0)} | {col(shared, 0.01, 0)} % |")
+    return lines + [""]
+
+
+def cost_table(runs: list[dict]) -> list[str]:
+    """prism's cost model at the end of each prism run (debugfs "cost"),
+    per scheduler variant: what it charged for four reference requests
+    (means over the runs, in us) and whether it was learning, so that a
+    variant with cost_model=auto can be read against what it learned."""
+    rows = [r for r in runs if r.get("prism_cost", {}).get("cost_ns")]
+    if not rows:
+        return []
+    lines = ["prism's cost model at the end of the runs (debugfs `cost`: the estimated "
+             "device time charged for a request, in us; learning: off, started, or "
+             "in_force once the learned coefficients replaced the defaults):", "",
+             "| scheduler | media | learning | 4 KiB random read | 4 KiB sequential read "
+             "| 1 MiB sequential read | 4 KiB random write |",
+             "|---|---|---|---|---|---|---|"]
+
+    def ns(key: str):
+        return lambda r: float(r["prism_cost"]["cost_ns"].get(key, "nan"))
+
+    for sched in dict.fromkeys(r["scheduler"] for r in rows):
+        mine = [r for r in rows if r["scheduler"] == sched]
+        media = "/".join(dict.fromkeys(r["prism_cost"].get("model", {}).get("model", "?")
+                                       for r in mine))
+        learning = "/".join(dict.fromkeys(r["prism_cost"].get("learning", {})
+                                          .get("learning", "?") for r in mine))
+        lines.append(f"| {sched} | {media} | {learning} | "
+                     + " | ".join(_runs_cell(mine, ns(k), 1000, 1)
+                                  for k in ("read_4k_rand", "read_4k_seq", "read_1m_seq",
+                                            "write_4k_rand")) + " |")
     return lines + [""]
 
 

@@ -230,6 +230,7 @@ class RunMarks:
             meta["prism_tiers"] = g.prism_tiers(device.name)
             meta["prism_flight"] = g.prism_flight(device.name)
             meta["prism_latency"] = g.prism_latency(device.name)
+            meta["prism_cost"] = g.prism_cost(device.name)
             meta["prism_flight_series"] = self.flight_series
         (rundir / "meta.json").write_text(json.dumps(meta, indent=1))
         return meta
