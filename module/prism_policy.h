@@ -644,6 +644,7 @@ struct prism_depth_ctl {
 };
 
 #define PRISM_DUTY_FULL		100
+#define PRISM_DUTY_STEP		10
 
 /*
  * Whether the controller at @limit and @duty limits the tiers below an
@@ -654,7 +655,6 @@ static inline bool prism_depth_limits(u32 limit, u32 duty, u32 depth)
 {
 	return limit < depth || duty < PRISM_DUTY_FULL;
 }
-#define PRISM_DUTY_STEP		10
 
 /*
  * The longest paced gap: a paced tier still gets a request through about
