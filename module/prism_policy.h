@@ -30,6 +30,7 @@ typedef uint8_t u8;
 typedef uint32_t u32;
 typedef int64_t s64;
 typedef uint64_t u64;
+#define U32_MAX	UINT32_MAX
 #define U64_MAX	UINT64_MAX
 
 /* fls64(): the 1-based position of the highest bit set, 0 for none. */
@@ -1223,6 +1224,22 @@ static inline bool prism_flow_limit_may(u64 total, u32 nr_requests, u32 pct)
 {
 	return pct < 100 && total >= 2 &&
 	       total >= prism_flow_part_pct(nr_requests, pct);
+}
+
+/* flow_depth @pct as a part of 1024 for prism_flow_limit_near(). */
+static inline u32 prism_flow_frac(u32 pct)
+{
+	return pct < 100 ? pct * 1024 / 100 : U32_MAX;
+}
+
+/*
+ * A test without a division that is true wherever prism_flow_limit_may()
+ * is (@frac from prism_flow_frac(): rounded down, so its part is never
+ * larger), for a fast path that leaves the exact test to a slow one.
+ */
+static inline bool prism_flow_limit_near(u64 total, u32 nr_requests, u32 frac)
+{
+	return total >= 2 && total >= (((u64)nr_requests * frac) >> 10);
 }
 
 /*

@@ -415,8 +415,15 @@ struct prism_data {
 	struct prism_tun_rcu __rcu *tun;
 	int front_merges;
 	int sort_mode;
-	u32 flow_depth;		/* the tunable, for limit_depth()'s fast path */
-	bool writeback_low;	/* the same */
+	/*
+	 * flow_depth as a part of 1024, rounded down (U32_MAX when the limit
+	 * is off): limit_depth()'s fast path compares without a division,
+	 * and never finds fewer allocations that may be limited than the
+	 * exact test (prism_flow_limit_may()), which the slow path makes.
+	 */
+	u32 flow_frac;
+	bool writeback_low;	/* the tunable, for limit_depth()'s fast path */
+	u32 device_depth;	/* prism_device_depth(), kept by depth_updated() */
 
 	/*
 	 * Latency histograms (debugfs "latency"), per tier and direction, in
@@ -1199,7 +1206,10 @@ static unsigned long prism_first_insert(struct prism_data *pd,
 	return st | PRISM_RQ_SEEN;
 }
 
-/* Requests the driver accepts at once, over all hardware queues. */
+/*
+ * Requests the driver accepts at once, over all hardware queues. The
+ * per-request paths read pd->device_depth, which depth_updated() keeps.
+ */
 static u32 prism_device_depth(struct request_queue *q)
 {
 	return q->tag_set->queue_depth * q->nr_hw_queues;
@@ -1286,7 +1296,8 @@ static bool prism_lane_may(struct prism_data *pd, struct request_queue *q,
 	return prism_lane_allows(lane_off, nr_queued, nr_direct, direct_tier,
 				 tier, prism_higher_quiet(pd, prism_tun(pd), q,
 							  tier),
-				 prism_owned_total(pd), prism_device_depth(q));
+				 prism_owned_total(pd),
+				 READ_ONCE(pd->device_depth));
 }
 
 static void prism_insert_request(struct prism_data *pd, struct request_queue *q,
@@ -2531,9 +2542,9 @@ unlock:
 static bool prism_has_work(struct blk_mq_hw_ctx *hctx)
 {
 	struct prism_data *pd = hctx->sched_data;
-	u32 queued = READ_ONCE(pd->nr_queued);
 
-	return queued && queued != READ_ONCE(pd->nr_capped);
+	/* nr_capped is 0 whenever nr_queued is (prism_queued_add()). */
+	return READ_ONCE(pd->nr_queued) != READ_ONCE(pd->nr_capped);
 }
 
 /* Whether a tier above @tier is active (prism_tier_active()); lockless. */
@@ -2640,14 +2651,17 @@ static void prism_limit_depth(blk_opf_t opf, struct blk_mq_alloc_data *data)
 					pid, PRISM_NR_TIERS);
 	if (tier != PRISM_NR_TIERS &&
 	    !prism_higher_active(pd, tier, now) &&
-	    !prism_flow_limit_may(prism_owned_total(pd), nr,
-				  READ_ONCE(pd->flow_depth)))
+	    !prism_flow_limit_near(prism_owned_total(pd), nr,
+				   READ_ONCE(pd->flow_frac)))
 		return;
 	prism_limit_depth_slow(pd, data, tier, nr, now);
 }
 
 static void prism_depth_updated(struct blk_mq_hw_ctx *hctx)
 {
+	struct prism_data *pd = hctx->queue->elevator->elevator_data;
+
+	WRITE_ONCE(pd->device_depth, prism_device_depth(hctx->queue));
 	/* Wake-up batches must suit the smallest shallow depth we set. */
 	sbitmap_queue_min_shallow_depth(&hctx->sched_tags->bitmap_tags, 1);
 }
@@ -2774,11 +2788,13 @@ static noinline void prism_finish_slow(struct prism_data *pd,
  */
 static void prism_finish_request(struct request *rq)
 {
-	struct prism_data *pd = rq->q->elevator->elevator_data;
 	unsigned long st = prism_rq_state(rq);
+	struct prism_data *pd;
 
+	/* Tested first: most requests come here with their books kept. */
 	if (!(st & PRISM_RQ_SEEN) || (st & PRISM_RQ_FOREIGN))
 		return;
+	pd = rq->q->elevator->elevator_data;
 	if (unlikely(!prism_state_valid(st)) ||
 	    ((st & PRISM_RQ_DISPATCHED) && READ_ONCE(pd->flow_window)))
 		prism_finish_slow(pd, rq, st);
@@ -2994,7 +3010,7 @@ static int prism_init_sched(struct request_queue *q, struct elevator_type *e)
 	atomic64_set(&pd->owned_out, 0);
 	prism_tunables_init(&tun->t, HZ);
 	RCU_INIT_POINTER(pd->tun, tun);
-	pd->flow_depth = tun->t.flow_depth;
+	pd->flow_frac = prism_flow_frac(tun->t.flow_depth);
 	pd->writeback_low = tun->t.writeback_low;
 	pd->flows = flows;
 	for (f = 0; f < PRISM_NR_FLOWS; f++)
@@ -3011,7 +3027,8 @@ static int prism_init_sched(struct request_queue *q, struct elevator_type *e)
 	prism_model_update(pd);
 	spin_unlock(&pd->lock);
 	pd->q = q;
-	prism_depth_init(&pd->depth, prism_device_depth(q));
+	pd->device_depth = prism_device_depth(q);
+	prism_depth_init(&pd->depth, pd->device_depth);
 	atomic64_set(&pd->lat.all, 0);
 	atomic64_set(&pd->lat.solo, 0);
 	atomic64_set(&pd->lat.bulk, 0);
@@ -3400,7 +3417,7 @@ static ssize_t prism_attr_store(struct elevator_queue *e, const char *page,
 	}
 	new->t = t;
 	old = rcu_replace_pointer(pd->tun, new, lockdep_is_held(&pd->lock));
-	WRITE_ONCE(pd->flow_depth, t.flow_depth);
+	WRITE_ONCE(pd->flow_frac, prism_flow_frac(t.flow_depth));
 	WRITE_ONCE(pd->writeback_low, t.writeback_low);
 	pd->rate_capped = t.rate_kbps[PRISM_HIGH] || t.rate_kbps[PRISM_NORMAL] ||
 			  t.rate_kbps[PRISM_LOW];

@@ -560,6 +560,29 @@ TEST(flow_tag_limit_needed_only_when_a_flow_can_hold_its_part)
 	CHECK(!prism_flow_limit_may(1000, 64, 100));	/* off */
 }
 
+TEST(flow_tag_limit_fast_test_never_misses_the_exact_one)
+{
+	u32 nr, pct;
+	u64 total;
+	int near_only = 0;
+
+	/* limit_depth()'s fast path may err only towards the slow path. */
+	for (nr = 1; nr <= 256; nr++)
+		for (pct = 1; pct <= 100; pct++)
+			for (total = 0; total <= 2 * nr + 2; total++) {
+				bool may = prism_flow_limit_may(total, nr, pct);
+				bool near = prism_flow_limit_near(total, nr,
+							prism_flow_frac(pct));
+
+				CHECK(!may || near);
+				near_only += near && !may;
+			}
+	/* Off stays off, and the test is not simply always true. */
+	CHECK(!prism_flow_limit_near(100000, 64, prism_flow_frac(100)));
+	CHECK(!prism_flow_limit_near(31, 64, prism_flow_frac(50)));
+	CHECK(near_only < 256 * 100);
+}
+
 TEST(flow_tunables_validated)
 {
 	struct prism_tunables t = flow_defaults();
