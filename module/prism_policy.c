@@ -67,6 +67,8 @@ void prism_tunables_init(struct prism_tunables *t, unsigned int hz)
 	/* No rate caps: a cap wastes the device when nothing else wants it. */
 	for (i = 0; i < PRISM_NR_TIERS; i++)
 		t->rate_kbps[i] = 0;
+	t->rate_burst = PRISM_BUCKET_BURST_MS * 1000000ULL;
+	t->bulk_merge = 0;
 	/* Background writeback is bulk work, whoever's it is. */
 	t->writeback_low = true;
 }
@@ -78,7 +80,7 @@ bool prism_tunables_valid(const struct prism_tunables *t)
 	       t->be_low_min <= 8 && t->share[PRISM_NORMAL] <= PRISM_SHARE_MAX &&
 	       t->share[PRISM_LOW] <= PRISM_SHARE_MAX &&
 	       t->anticipate >= PRISM_AUTO && t->flow_idle >= PRISM_AUTO &&
-	       t->quantum &&
+	       t->quantum && t->rate_burst &&
 	       t->flow_depth >= 1 && t->flow_depth <= 100;
 }
 
@@ -1049,9 +1051,11 @@ u64 prism_bucket_rate(u32 kbps, u64 bps)
  * the cap says (prism_bucket_wait() promises the debt paid on time). A
  * new bucket starts full.
  */
-void prism_bucket_fill(struct prism_bucket *bk, u64 rate, u64 now)
+void prism_bucket_fill(struct prism_bucket *bk, u64 rate, u64 burst_ns,
+		       u64 now)
 {
-	s64 burst = (s64)div_u64_u64(rate * PRISM_BUCKET_BURST_MS, 1000);
+	s64 burst = (s64)div_u64_u64(rate * div_u64_u64(burst_ns, 1000),
+				     1000000);
 	u64 us, secs, room;
 
 	if (!bk->stamp || now < bk->stamp) {

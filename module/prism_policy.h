@@ -150,6 +150,14 @@ struct prism_tunables {
 	 * the cost model), indexed by tier; 0: no cap. HIGH's is unused.
 	 */
 	u32 rate_kbps[PRISM_NR_TIERS];
+	u64 rate_burst;		/* ns of refill a bucket holds at most */
+	/*
+	 * bulk_merge: on flash, the largest request (bytes) a tier below an
+	 * active one may grow to by merging; 0: no cap. A large bulk
+	 * request is what a higher tier's request waits behind in a
+	 * device's transfer or a volume's meter.
+	 */
+	u32 bulk_merge;
 	/*
 	 * writeback_low: background writeback (writes nobody waits for: the
 	 * flusher's, for the dirty thresholds and for age) is queued in LOW,
@@ -911,12 +919,12 @@ void prism_learn_sample(struct prism_cost_learner *l, int dir, bool seq,
 /*
  * A token bucket of estimated device time (ns of cost): it fills at
  * @rate ns of cost per second of wall time up to a burst of
- * PRISM_BUCKET_BURST_MS of it, a dispatch takes its cost (the bucket may
+ * @burst ns of it (the rate_burst tunable), a dispatch takes its cost (the bucket may
  * go into debt by one request), and the tier may dispatch while it holds
  * tokens. A capped tier waits for the refill, not for a poll: the
  * mechanism runs the queue again after prism_bucket_wait().
  */
-#define PRISM_BUCKET_BURST_MS	100
+#define PRISM_BUCKET_BURST_MS	100	/* rate_burst's default */
 #define PRISM_BUCKET_RATE_MAX	(1000ULL * 1000000000ULL)	/* 1000 devices */
 
 struct prism_bucket {
@@ -925,7 +933,8 @@ struct prism_bucket {
 };
 
 u64 prism_bucket_rate(u32 kbps, u64 bps);
-void prism_bucket_fill(struct prism_bucket *bk, u64 rate, u64 now);
+void prism_bucket_fill(struct prism_bucket *bk, u64 rate, u64 burst_ns,
+		       u64 now);
 u64 prism_bucket_wait(const struct prism_bucket *bk, u64 rate, u64 now);
 
 static inline bool prism_bucket_ready(const struct prism_bucket *bk)

@@ -1300,6 +1300,20 @@ static bool prism_lane_may(struct prism_data *pd, struct request_queue *q,
 				 READ_ONCE(pd->device_depth));
 }
 
+static bool prism_higher_active(struct prism_data *pd, enum prism_tier tier,
+				unsigned long now);
+
+/*
+ * Whether requests of @tier are kept to bulk_merge by merging: on flash,
+ * while a tier above it is active. Under the lock.
+ */
+static bool prism_merge_capped(struct prism_data *pd, struct request_queue *q,
+			       int tier)
+{
+	return prism_tun(pd)->bulk_merge && tier != PRISM_HIGH &&
+	       blk_queue_nonrot(q) && prism_higher_active(pd, tier, jiffies);
+}
+
 static void prism_insert_request(struct prism_data *pd, struct request_queue *q,
 				 struct request *rq, bool at_head,
 				 struct list_head *free)
@@ -1351,7 +1365,8 @@ static void prism_insert_request(struct prism_data *pd, struct request_queue *q,
 	 * in the books; requests_merged() is not called for every kind of
 	 * merge (not for discards), so nothing here relies on it.
 	 */
-	if (!requeue && blk_mq_sched_try_insert_merge(q, rq, free))
+	if (!requeue && !prism_merge_capped(pd, q, tier) &&
+	    blk_mq_sched_try_insert_merge(q, rq, free))
 		return;
 
 	trace_block_rq_insert(rq);
@@ -1867,7 +1882,8 @@ static bool prism_tier_throttled(struct prism_data *pd, int t, u64 rate,
 	struct prism_tier_queue *tq = &pd->tier[t];
 	int d;
 
-	prism_bucket_fill(&tq->bucket, rate, now);
+	prism_bucket_fill(&tq->bucket, rate, prism_tun(pd)->rate_burst,
+			  now);
 	if (prism_bucket_ready(&tq->bucket))
 		return false;
 	tq->throttled++;
@@ -2940,6 +2956,26 @@ static void prism_requests_merged(struct request_queue *q, struct request *req,
 	prism_remove_request(pd, q, next);
 }
 
+/*
+ * A bio may grow a request past bulk_merge only while prism_merge_capped()
+ * says no. Called under the lock (blk_mq_sched_try_merge() in
+ * prism_bio_merge()); plug merges do not ask.
+ */
+static bool prism_allow_merge(struct request_queue *q, struct request *rq,
+			      struct bio *bio)
+{
+	struct prism_data *pd = q->elevator->elevator_data;
+	unsigned long st = prism_rq_state(rq);
+
+	if (!prism_rq_prepared(rq) || !(st & PRISM_RQ_SEEN) ||
+	    (st & PRISM_RQ_FOREIGN) || !prism_state_valid(st))
+		return true;
+	if (blk_rq_bytes(rq) + bio->bi_iter.bi_size <=
+	    prism_tun(pd)->bulk_merge)
+		return true;
+	return !prism_merge_capped(pd, q, prism_rq_tier_of_state(st));
+}
+
 static bool prism_bio_merge(struct request_queue *q, struct bio *bio,
 			    unsigned int nr_segs)
 {
@@ -3135,6 +3171,8 @@ enum prism_attr_id {
 	PRISM_ATTR_NORMAL_RATE_KBPS,
 	PRISM_ATTR_LOW_RATE_KBPS,
 	PRISM_ATTR_WRITEBACK_LOW,
+	PRISM_ATTR_RATE_BURST_US,
+	PRISM_ATTR_BULK_MERGE_KB,
 };
 
 /* An hour: longer deadlines mean none; shown values stay within int. */
@@ -3182,6 +3220,8 @@ static const struct prism_attr_range prism_attr_ranges[] = {
 	[PRISM_ATTR_NORMAL_RATE_KBPS]	= { 0, INT_MAX },
 	[PRISM_ATTR_LOW_RATE_KBPS]	= { 0, INT_MAX },
 	[PRISM_ATTR_WRITEBACK_LOW]	= { 0, 1 },
+	[PRISM_ATTR_RATE_BURST_US]	= { 1, 10 * USEC_PER_SEC },
+	[PRISM_ATTR_BULK_MERGE_KB]	= { 0, 1 << 20 },
 };
 
 /*
@@ -3276,6 +3316,10 @@ static int prism_attr_get(struct prism_data *pd, const struct prism_tunables *t,
 		return t->rate_kbps[PRISM_LOW];
 	case PRISM_ATTR_WRITEBACK_LOW:
 		return t->writeback_low;
+	case PRISM_ATTR_RATE_BURST_US:
+		return div_u64(t->rate_burst, NSEC_PER_USEC);
+	case PRISM_ATTR_BULK_MERGE_KB:
+		return t->bulk_merge >> 10;
 	}
 	return 0;
 }
@@ -3406,6 +3450,12 @@ static ssize_t prism_attr_store(struct elevator_queue *e, const char *page,
 		case PRISM_ATTR_WRITEBACK_LOW:
 			t.writeback_low = val;
 			break;
+		case PRISM_ATTR_RATE_BURST_US:
+			t.rate_burst = (u64)val * NSEC_PER_USEC;
+			break;
+		case PRISM_ATTR_BULK_MERGE_KB:
+			t.bulk_merge = (u32)val << 10;
+			break;
 		default:
 			break;
 		}
@@ -3484,6 +3534,8 @@ PRISM_ATTR(cost_wrandiops, PRISM_ATTR_COST_WRANDIOPS)
 PRISM_ATTR(cost_model, PRISM_ATTR_COST_MODEL)
 PRISM_ATTR(normal_rate_kbps, PRISM_ATTR_NORMAL_RATE_KBPS)
 PRISM_ATTR(low_rate_kbps, PRISM_ATTR_LOW_RATE_KBPS)
+PRISM_ATTR(rate_burst_us, PRISM_ATTR_RATE_BURST_US)
+PRISM_ATTR(bulk_merge_kb, PRISM_ATTR_BULK_MERGE_KB)
 PRISM_ATTR(writeback_low, PRISM_ATTR_WRITEBACK_LOW)
 
 #define PRISM_ATTR_ENTRY(name) \
@@ -3520,6 +3572,8 @@ static struct elv_fs_entry prism_attrs[] = {
 	PRISM_ATTR_ENTRY(cost_model),
 	PRISM_ATTR_ENTRY(normal_rate_kbps),
 	PRISM_ATTR_ENTRY(low_rate_kbps),
+	PRISM_ATTR_ENTRY(rate_burst_us),
+	PRISM_ATTR_ENTRY(bulk_merge_kb),
 	PRISM_ATTR_ENTRY(writeback_low),
 	__ATTR_NULL
 };
@@ -3852,6 +3906,7 @@ static struct elevator_type prism_sched = {
 		.next_request		= elv_rb_latter_request,
 		.former_request		= elv_rb_former_request,
 		.bio_merge		= prism_bio_merge,
+		.allow_merge		= prism_allow_merge,
 		.request_merge		= prism_request_merge,
 		.requests_merged	= prism_requests_merged,
 		.request_merged		= prism_request_merged,

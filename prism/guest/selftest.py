@@ -57,6 +57,8 @@ TUNABLES = {
     "normal_rate_kbps": (0, 51200, 0, 2**31 - 1),
     "low_rate_kbps": (0, 20480, 0, 2**31 - 1),
     "writeback_low": (1, 0, 0, 1),
+    "rate_burst_us": (100000, 2000, 1, 10000000),
+    "bulk_merge_kb": (0, 128, 0, 1 << 20),
 }
 # Tunables that take a keyword: (default, every keyword offered).
 KEYWORD_TUNABLES = {
@@ -186,7 +188,7 @@ VERIFY_TUNABLES: dict[str, dict[str, int | str]] = {
     "nvme": {"quantum_us": 100, "flow_depth": 1, "cost_rrandiops": 200,
              "cost_rkbps": 100000, "cost_wkbps": 90000, "cost_wrandiops": 150,
              "low_rate_kbps": 102400, "flow_idle_us": 1000,
-             "writeback_low": 0},
+             "writeback_low": 0, "rate_burst_us": 2000, "bulk_merge_kb": 64},
 }
 
 
@@ -812,6 +814,44 @@ def check_direct_lane(ctx) -> dict:
           and alone_cuts == 0 and all(r["balanced"] for r in runs.values()))
     return {"ok": ok, "alone_direct_share": round(alone_share, 3), "alone_cuts": alone_cuts,
             "idle_direct_share": round(idle_share, 3), "runs": runs}
+
+
+def check_bulk_merge(ctx) -> dict:
+    """bulk_merge_kb keeps a lower tier's requests small while a tier
+    above it is active, on flash: an IDLE sequential reader (128 KiB,
+    iodepth 16) beside an RT random reader (4 KiB, iodepth 2) on a
+    null_blk taking 4 commands of 1 ms, up to 1 MiB each (its default
+    max_sectors splits 128 KiB reads). Uncapped its queued reads merge
+    (bytes per dispatch from the flows file at least twice 128 KiB, so
+    the check can tell); capped at 128 KiB they stay within it, save
+    plug merges, which do not ask the scheduler (at most 1.25x). Both
+    readers complete I/O and the books balance."""
+    runs = {}
+    args = ["--direct=1", "--ioengine=libaio", "--runtime=4", "--time_based=1",
+            "--group_reporting=0", "--randrepeat=0",
+            "--name=rt", "--prioclass=1", "--prio=0", "--rw=randread", "--bs=4k",
+            "--iodepth=2", "--offset=0", "--size=128M",
+            "--name=bulk", "--prioclass=3", "--rw=read", "--bs=128k", "--iodepth=16",
+            "--offset=128M", "--size=128M"]
+    with g.temporary_nullb("bulkmerge", depth=4, completion_us=1000, size_mb=256,
+                           extra={"max_sectors": 2048}) as dev:
+        for cap in (0, 128):
+            g.set_scheduler(dev, "none")
+            g.set_scheduler(dev, "prism", {"bulk_merge_kb": cap})
+            rep = g.fio(args=[f"--filename=/dev/{dev}"] + args, timeout=120)
+            low = [f for f in g.prism_flows(dev) if f["tier"] == "low"]
+            dispatched = sum(f["dispatched"] for f in low)
+            runs[cap] = {"bytes_per_dispatch": sum(f["bytes"] for f in low) // max(dispatched, 1),
+                         "dispatched": dispatched,
+                         "ios": {j: job(rep, j)["ios"] for j in ("rt", "bulk")},
+                         "balanced": conservation(dev)["balanced"]}
+        g.set_scheduler(dev, "none")
+    free, capped = runs[0], runs[128]
+    ok = (free["bytes_per_dispatch"] >= 2 * 128 * 1024
+          and 0 < capped["bytes_per_dispatch"] <= 1.25 * 128 * 1024
+          and all(r["ios"]["rt"] > 0 and r["ios"]["bulk"] > 0 and r["balanced"]
+                  for r in runs.values()))
+    return {"ok": ok, "runs": runs}
 
 
 def check_flows_greedy(ctx) -> dict:
@@ -1881,6 +1921,7 @@ CHECKS = [
     ("flow_shares", check_flow_shares),
     ("flows_greedy", check_flows_greedy),
     ("direct_lane", check_direct_lane),
+    ("bulk_merge", check_bulk_merge),
     ("aging", check_aging),
     ("share", check_share),
     ("share_sweep", check_share_sweep),

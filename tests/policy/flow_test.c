@@ -7,6 +7,9 @@
  */
 #include "check.h"
 
+/* The buckets' default burst (the rate_burst tunable). */
+#define BURST	(PRISM_BUCKET_BURST_MS * 1000000ULL)
+
 static struct prism_tunables flow_defaults(void)
 {
 	struct prism_tunables t;
@@ -678,7 +681,7 @@ static u64 bucket_wait_out(struct prism_bucket *bk, u64 rate, u64 *now)
 
 	CHECK(wait > 0);
 	*now += wait;
-	prism_bucket_fill(bk, rate, *now);
+	prism_bucket_fill(bk, rate, BURST, *now);
 	CHECK(prism_bucket_ready(bk));
 	return prism_bucket_ready(bk) ? wait : 0;
 }
@@ -703,10 +706,10 @@ TEST(bucket_caps_at_its_rate)
 		/* Each request costs its transfer at the device's rate. */
 		u64 cost = sizes[i] * 1000000000ULL / 200000000ULL;
 
-		prism_bucket_fill(&bk, rate, now);
+		prism_bucket_fill(&bk, rate, BURST, now);
 		CHECK_EQ(bk.tokens, (s64)(rate / 10));
 		while (now < end) {
-			prism_bucket_fill(&bk, rate, now);
+			prism_bucket_fill(&bk, rate, BURST, now);
 			if (!prism_bucket_ready(&bk)) {
 				if (!bucket_wait_out(&bk, rate, &now))
 					break;
@@ -746,9 +749,9 @@ TEST(bucket_pays_a_debt_of_many_seconds_on_time)
 		struct prism_bucket bk = { };
 		int n = 0;
 
-		prism_bucket_fill(&bk, rate, now);
+		prism_bucket_fill(&bk, rate, BURST, now);
 		while (n < cases[i].reqs) {
-			prism_bucket_fill(&bk, rate, now);
+			prism_bucket_fill(&bk, rate, BURST, now);
 			if (!prism_bucket_ready(&bk)) {
 				u64 debt = (u64)(-bk.tokens) + 1;
 				u64 wait = bucket_wait_out(&bk, rate, &now);
@@ -810,14 +813,46 @@ TEST(bucket_banks_only_its_burst)
 	struct prism_bucket bk = { };
 	u64 rate = prism_bucket_rate(1024, 100000000ULL);
 
-	prism_bucket_fill(&bk, rate, 1000);
+	prism_bucket_fill(&bk, rate, BURST, 1000);
 	prism_bucket_charge(&bk, (u64)bk.tokens + 5000000);
 	CHECK(!prism_bucket_ready(&bk));
-	prism_bucket_fill(&bk, rate, 1000 + 60000000000ULL);
+	prism_bucket_fill(&bk, rate, BURST, 1000 + 60000000000ULL);
 	CHECK_EQ(bk.tokens, (s64)(rate / 10));
 	CHECK_EQ(prism_bucket_wait(&bk, rate, 2000), 0);
 	/* The cap is bounded: a huge rate on a slow device does not wrap. */
 	CHECK_EQ(prism_bucket_rate(0x7fffffff, 1), PRISM_BUCKET_RATE_MAX);
+}
+
+/*
+ * rate_burst sets what the bucket banks: at 2 ms it holds 2 ms of refill
+ * after a minute idle, so a capped tier back from a hold sends one
+ * request's worth, not 100 ms of them at once; and its rate over time
+ * is the cap's, whatever the burst (the debt of each request is paid).
+ */
+TEST(bucket_burst_is_the_tunable)
+{
+	u64 rate = prism_bucket_rate(61440, 125ULL << 20);
+	u64 burst = 2000000, now = 1000, sent = 0, cost = 8000000;
+	struct prism_bucket bk = { };
+	int i;
+
+	prism_bucket_fill(&bk, rate, burst, now);
+	prism_bucket_charge(&bk, (u64)bk.tokens + 1);
+	now += 60000000000ULL;
+	prism_bucket_fill(&bk, rate, burst, now);
+	CHECK_EQ(bk.tokens, (s64)(rate / 500));
+	/* Backlogged for ten seconds: requests of 8 ms of cost each. */
+	for (i = 0; i < 10000; i++) {
+		now += 1000000;
+		prism_bucket_fill(&bk, rate, burst, now);
+		while (prism_bucket_ready(&bk)) {
+			prism_bucket_charge(&bk, cost);
+			sent += cost;
+		}
+	}
+	/* 10 s at the rate, within one request and the burst. */
+	CHECK(sent <= rate * 10 + cost + burst * rate / 1000000000ULL);
+	CHECK(sent + cost >= rate * 10);
 }
 
 /*
