@@ -42,6 +42,12 @@ WORKLOADS = {w.name: w for w in [
              "sequential reads at BE7 (backup_sim)",
              high_job="database_sim", low_job="backup_sim",
              baseline="database_alone"),
+    Workload("database_backup_fio_paced", "000",
+             "database_backup with fio itself pacing the backup at 60 MiB/s (half "
+             "of what the cloud volume gives it alone): what a smooth pacer of "
+             "the bulk work could give the database, whatever the scheduler",
+             high_job="database_sim", low_job="backup_sim",
+             baseline="database_alone"),
     Workload("database_alone", "000",
              "database_sim alone: the baseline for database_backup"),
     Workload("cmdprio_mix", "000",
