@@ -423,7 +423,7 @@ struct prism_data {
 	 */
 	u32 flow_frac;
 	bool writeback_low;	/* the tunable, for limit_depth()'s fast path */
-	u32 device_depth;	/* prism_device_depth(), kept by depth_updated() */
+	u32 device_depth;	/* prism_device_depth(), set at init */
 
 	/*
 	 * Latency histograms (debugfs "latency"), per tier and direction, in
@@ -1207,8 +1207,10 @@ static unsigned long prism_first_insert(struct prism_data *pd,
 }
 
 /*
- * Requests the driver accepts at once, over all hardware queues. The
- * per-request paths read pd->device_depth, which depth_updated() keeps.
+ * Requests the driver accepts at once, over all hardware queues. Fixed
+ * for the elevator's life (a change of hardware queues switches the
+ * elevator off and on again), so init_sched() keeps it in
+ * pd->device_depth, which the per-request paths read.
  */
 static u32 prism_device_depth(struct request_queue *q)
 {
@@ -1296,8 +1298,7 @@ static bool prism_lane_may(struct prism_data *pd, struct request_queue *q,
 	return prism_lane_allows(lane_off, nr_queued, nr_direct, direct_tier,
 				 tier, prism_higher_quiet(pd, prism_tun(pd), q,
 							  tier),
-				 prism_owned_total(pd),
-				 READ_ONCE(pd->device_depth));
+				 prism_owned_total(pd), pd->device_depth);
 }
 
 static bool prism_higher_active(struct prism_data *pd, enum prism_tier tier,
@@ -2341,7 +2342,7 @@ static struct request *prism_dispatch_request(struct blk_mq_hw_ctx *hctx)
 	if (tun->cost_auto &&
 	    time_after_eq(jiffies, pd->learn_folded + PRISM_LEARN_FOLD))
 		prism_learn_fold(pd);
-	depth = prism_device_depth(q);
+	depth = pd->device_depth;
 	if (atomic64_read(&pd->lat.all) || atomic64_read(&pd->lat.solo) ||
 	    atomic64_read(&pd->lat.bulk)) {
 		now = ktime_get_ns();
@@ -2675,9 +2676,6 @@ static void prism_limit_depth(blk_opf_t opf, struct blk_mq_alloc_data *data)
 
 static void prism_depth_updated(struct blk_mq_hw_ctx *hctx)
 {
-	struct prism_data *pd = hctx->queue->elevator->elevator_data;
-
-	WRITE_ONCE(pd->device_depth, prism_device_depth(hctx->queue));
 	/* Wake-up batches must suit the smallest shallow depth we set. */
 	sbitmap_queue_min_shallow_depth(&hctx->sched_tags->bitmap_tags, 1);
 }
@@ -2965,13 +2963,15 @@ static bool prism_allow_merge(struct request_queue *q, struct request *rq,
 			      struct bio *bio)
 {
 	struct prism_data *pd = q->elevator->elevator_data;
-	unsigned long st = prism_rq_state(rq);
+	u32 cap = prism_tun(pd)->bulk_merge;
+	unsigned long st;
 
+	/* The tunable first: off by default, and this runs for every merge. */
+	if (!cap || blk_rq_bytes(rq) + bio->bi_iter.bi_size <= cap)
+		return true;
+	st = prism_rq_state(rq);
 	if (!prism_rq_prepared(rq) || !(st & PRISM_RQ_SEEN) ||
 	    (st & PRISM_RQ_FOREIGN) || !prism_state_valid(st))
-		return true;
-	if (blk_rq_bytes(rq) + bio->bi_iter.bi_size <=
-	    prism_tun(pd)->bulk_merge)
 		return true;
 	return !prism_merge_capped(pd, q, prism_rq_tier_of_state(st));
 }
@@ -3803,7 +3803,7 @@ static int prism_flight_show(void *data, struct seq_file *m)
 			   chain_samples[t],
 			   chain_quick[t] * 100 / PRISM_QUICK_ONE);
 	seq_printf(m, "device_depth=%u lower_limit=%u window_us=%llu target_us=%llu bulk_us=%llu bulk_samples=%u solo_us=%llu solo_samples=%u floor_us=%llu floor_samples=%u lat_us=%llu cuts=%llu held_window=%llu held_depth=%llu window_runs=%lld flow_window_us=%llu held_flow=%llu held_fair=%llu lower_duty=%u held_paced=%llu\n",
-		   prism_device_depth(q), d.limit,
+		   pd->device_depth, d.limit,
 		   div_u64(window, NSEC_PER_USEC),
 		   div_u64(target, NSEC_PER_USEC),
 		   div_u64(d.bulk, NSEC_PER_USEC), d.bulk_samples,
