@@ -1054,10 +1054,18 @@ u64 prism_bucket_rate(u32 kbps, u64 bps)
 void prism_bucket_fill(struct prism_bucket *bk, u64 rate, u64 burst_ns,
 		       u64 now)
 {
+	/*
+	 * At least one token: a burst that rounds to none (a low cap with a
+	 * burst of a few microseconds) would never make the bucket ready,
+	 * and hold the tier for good. One is enough: a request is sent on
+	 * any positive balance and its debt paid at the rate.
+	 */
 	s64 burst = (s64)div_u64_u64(rate * div_u64_u64(burst_ns, 1000),
 				     1000000);
 	u64 us, secs, room;
 
+	if (burst < 1)
+		burst = 1;
 	if (!bk->stamp || now < bk->stamp) {
 		bk->tokens = burst;
 		bk->stamp = now;
@@ -1065,8 +1073,12 @@ void prism_bucket_fill(struct prism_bucket *bk, u64 rate, u64 burst_ns,
 	}
 	us = div_u64_u64(now - bk->stamp, 1000);
 	bk->stamp += us * 1000;
-	if (bk->tokens >= burst || !rate)
+	if (bk->tokens >= burst || !rate) {
+		/* A burst lowered since the bucket filled applies at once. */
+		if (bk->tokens > burst)
+			bk->tokens = burst;
 		return;
+	}
 	/* Whole seconds first: rate x secs stays below room + rate. */
 	room = (u64)(burst - bk->tokens);
 	secs = div_u64_u64(us, 1000000);

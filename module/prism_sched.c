@@ -1364,7 +1364,11 @@ static void prism_insert_request(struct prism_data *pd, struct request_queue *q,
 	/*
 	 * On a merge the core frees @rq, and finish_request() completes it
 	 * in the books; requests_merged() is not called for every kind of
-	 * merge (not for discards), so nothing here relies on it.
+	 * merge (not for discards), so nothing here relies on it. A capped
+	 * tier skips the insert merge whole (the core does not ask first);
+	 * the tier tested is @rq's, not that of the request it would join,
+	 * which the core finds by sector and equal ioprio only: a NORMAL
+	 * sync write can still join a background write queued in LOW.
 	 */
 	if (!requeue && !prism_merge_capped(pd, q, tier) &&
 	    blk_mq_sched_try_insert_merge(q, rq, free))
@@ -2957,7 +2961,12 @@ static void prism_requests_merged(struct request_queue *q, struct request *req,
 /*
  * A bio may grow a request past bulk_merge only while prism_merge_capped()
  * says no. Called under the lock (blk_mq_sched_try_merge() in
- * prism_bio_merge()); plug merges do not ask.
+ * prism_bio_merge()); plug merges do not ask. Nor does the request merge
+ * the core attempts after a bio merge (attempt_back_merge() and
+ * attempt_front_merge() join the grown request with its neighbour in the
+ * sort tree without asking the scheduler): in sector order, a bio that
+ * bridges two queued requests can join them past the cap. The cap bounds
+ * what merging adds, not every request's size.
  */
 static bool prism_allow_merge(struct request_queue *q, struct request *rq,
 			      struct bio *bio)

@@ -856,6 +856,45 @@ TEST(bucket_burst_is_the_tunable)
 }
 
 /*
+ * A burst that rounds to no tokens (100 KiB/s on a 500 MB/s model, 4 us
+ * of burst: under a thousandth of a token) still holds one, so the tier
+ * is sent a request whenever its debt is paid, at the cap's rate; before
+ * the fix the bucket never became ready and the tier was held for good.
+ */
+TEST(bucket_with_a_tiny_burst_still_sends)
+{
+	u64 rate = prism_bucket_rate(100, 500000000ULL);
+	u64 burst = 4000, now = 1000, cost = 8192 * 2, sent = 0;
+	struct prism_bucket bk = { };
+	int i;
+
+	CHECK(rate * (burst / 1000) < 1000000);
+	prism_bucket_fill(&bk, rate, burst, now);
+	CHECK(prism_bucket_ready(&bk));
+	for (i = 0; i < 50; i++) {
+		if (!prism_bucket_ready(&bk) && !bucket_wait_out(&bk, rate, &now))
+			break;
+		prism_bucket_charge(&bk, cost);
+		sent++;
+	}
+	CHECK_EQ(sent, 50);
+	/* 49 debts paid at the rate: the time they took is the cap's. */
+	CHECK(now >= 1000 + 49 * cost * 1000000000ULL / rate);
+}
+
+/* A burst lowered while the bucket holds more applies at the next fill. */
+TEST(bucket_lowered_burst_trims_what_is_banked)
+{
+	u64 rate = prism_bucket_rate(61440, 125ULL << 20);
+	struct prism_bucket bk = { };
+
+	prism_bucket_fill(&bk, rate, BURST, 1000);
+	CHECK_EQ(bk.tokens, (s64)(rate / 10));
+	prism_bucket_fill(&bk, rate, 2000000, 2000);
+	CHECK_EQ(bk.tokens, (s64)(rate / 500));
+}
+
+/*
  * An empty view, and a batch open in @tier on @flow, @count requests in,
  * whose flow has nothing queued and is expected back.
  */
