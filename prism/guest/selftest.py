@@ -1350,6 +1350,24 @@ def check_rate_cap(ctx) -> dict:
             "lift": lift, "tiny_burst": tiny}
 
 
+def idle_dd_reads(dev: str) -> subprocess.Popen:
+    """An IDLE-class dd reading 20 x 4 KiB from @dev, direct, one request
+    at a time: each one LOW's and charged to its bucket."""
+    return subprocess.Popen(["ionice", "-c3", "dd", f"if=/dev/{dev}", "of=/dev/null", "bs=4k",
+                             "count=20", "iflag=direct"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def wait_rc(p: subprocess.Popen, timeout: float) -> int:
+    """@p's exit code, or -1 (and @p killed) if it has not exited within
+    @timeout seconds."""
+    try:
+        return p.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        return -1
+
+
 def rate_cap_tiny_burst(dev: str) -> dict:
     """A burst too short to hold one token's worth still lets the capped
     tier through: at low_rate_kbps=100 and rate_burst_us=4 the bucket's
@@ -1362,20 +1380,14 @@ def rate_cap_tiny_burst(dev: str) -> dict:
     g.set_scheduler(dev, "none")
     g.set_scheduler(dev, "prism", {"low_rate_kbps": 100, "rate_burst_us": 4})
     start = time.monotonic()
-    p = subprocess.Popen(["ionice", "-c3", "dd", f"if=/dev/{dev}", "of=/dev/null", "bs=4k",
-                          "count=20", "iflag=direct"],
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    p = idle_dd_reads(dev)
     try:
         rc = p.wait(timeout=30)
         finished = True
     except subprocess.TimeoutExpired:
         finished = False
         g.write_tunable(dev, "low_rate_kbps", 0)
-        try:
-            rc = p.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            rc = -1
+        rc = wait_rc(p, 30)
     took_s = time.monotonic() - start
     books = conservation(dev)
     return {"ok": finished and rc == 0 and took_s >= 0.5 and books["balanced"],
@@ -1391,18 +1403,12 @@ def rate_cap_lift(dev: str) -> dict:
     few seconds, not when the old bucket would have refilled."""
     g.set_scheduler(dev, "none")
     g.set_scheduler(dev, "prism", {"low_rate_kbps": 1})
-    p = subprocess.Popen(["ionice", "-c3", "dd", f"if=/dev/{dev}", "of=/dev/null", "bs=4k",
-                          "count=20", "iflag=direct"],
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    p = idle_dd_reads(dev)
     time.sleep(1.5)
     held = p.poll() is None
     start = time.monotonic()
     g.write_tunable(dev, "low_rate_kbps", 0)
-    try:
-        rc = p.wait(timeout=60)
-    except subprocess.TimeoutExpired:
-        p.kill()
-        rc = -1
+    rc = wait_rc(p, 60)
     after_s = time.monotonic() - start
     books = conservation(dev)
     return {"ok": held and rc == 0 and after_s < 4 and books["balanced"],
