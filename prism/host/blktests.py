@@ -14,11 +14,17 @@ import subprocess
 import tarfile
 from pathlib import Path
 
-from ..guest.blktests import CI_FIO_TIMEOUT, FIO_TIMEOUT, SCHED_TESTS, SCRATCH_SERIAL
+from ..guest.blktests import (
+    CI_FIO_TIMEOUT,
+    EVERY_KERNEL_TESTS,
+    FIO_TIMEOUT,
+    SCHED_TESTS,
+    SCRATCH_SERIAL,
+)
 from .build import REPO
 
-__all__ = ["CI_FIO_TIMEOUT", "FIO_TIMEOUT", "SCHED_TESTS", "SCRATCH_SERIAL", "Missing", "source",
-           "prepare", "copy_to", "summary"]
+__all__ = ["CI_FIO_TIMEOUT", "EVERY_KERNEL_TESTS", "FIO_TIMEOUT", "SCHED_TESTS", "SCRATCH_SERIAL",
+           "Missing", "source", "prepare", "copy_to", "summary"]
 
 COMMIT = "613b837"
 TARBALL_NAME = f"blktests-{COMMIT}.tar.gz"
