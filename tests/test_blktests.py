@@ -23,7 +23,7 @@ from prism import cli
 from prism.host import blktests, kernels
 
 
-def tests_for(kernel: str, config) -> list[str]:
+def blktests_for(kernel: str, config) -> list[str]:
     """What blktests runs on @kernel: everything on the newest kernel
     asked for, EVERY_KERNEL_TESTS on the others."""
     series = [s.strip() for s in (config.getoption("--blktests-kernels")
@@ -42,7 +42,7 @@ def blktests_boot(blktests_kernel, request):
         blktests.source()
     except blktests.Missing as e:
         pytest.skip(str(e))
-    args = argparse.Namespace(tests=",".join(tests_for(blktests_kernel, request.config)),
+    args = argparse.Namespace(tests=",".join(blktests_for(blktests_kernel, request.config)),
                               memory="2G", cpus=2,
                               fio_timeout=blktests.CI_FIO_TIMEOUT,
                               accel="auto", timeout=1200, device="blktests")
@@ -52,7 +52,7 @@ def blktests_boot(blktests_kernel, request):
 @pytest.mark.vm
 @pytest.mark.parametrize("test", blktests.SCHED_TESTS)
 def test_blktests(blktests_boot, blktests_kernel, test, request):
-    if test not in tests_for(blktests_kernel, request.config):
+    if test not in blktests_for(blktests_kernel, request.config):
         pytest.skip(f"{test} runs on the newest kernel of the run only (CI time); "
                     f"prism blktests --kernel {blktests_kernel} --tests {test} runs it here")
     res, doc = blktests_boot

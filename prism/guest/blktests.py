@@ -37,13 +37,14 @@ SCHED_TESTS = ["block/003", "block/004", "block/005", "block/009",
                "block/021", "block/022", "block/027", "block/031"]
 # The part of SCHED_TESTS the test suite runs on every kernel; the rest
 # only on the newest (tests/test_blktests.py: CI time). These drive what
-# the two kernels route differently under a scheduler: flushes (004),
-# switching under I/O (005) and nr_requests changes (021). On the older
-# kernel the guest suite's own checks cover the rest of the ground
-# (discard, hot_remove, shared_tags, one-tag devices, requeue, switching
-# and queue changes under load). 014 and 015 need null_blk's fault
-# injection, which Debian's kernels lack.
-EVERY_KERNEL_TESTS = ["block/004", "block/005", "block/021"]
+# the two kernels route differently under a scheduler: discards (003),
+# flushes (004), switching under I/O (005), nr_requests changes (021) and
+# queue freezes (022), two of them looping over every scheduler. On the
+# older kernel the guest suite's own checks cover the rest of the ground
+# (hot_remove, shared_tags, one-tag devices, requeue, queue changes under
+# load). 014 and 015 need null_blk's fault injection, which Debian's
+# kernels lack.
+EVERY_KERNEL_TESTS = ["block/003", "block/004", "block/005", "block/021", "block/022"]
 # blktests' own limit for its fio runs, in seconds (TIMEOUT in its config):
 # without it some tests read their whole size, which TCG takes hours for.
 # 022 sleeps it and 003, 004, 005 and 031 run fio for it, so it sets most

@@ -327,7 +327,7 @@ def check_anticipation_hdd(ctx) -> dict:
             for sched in ("none", "prism"):
                 g.set_scheduler(dev, sched)
                 log = Path(f"anticip-{sched}-{rep}")
-                args = ["--exitall", "--time_based=1", "--runtime=8",
+                args = ["--exitall", "--time_based=1", "--runtime=5",
                         "--group_reporting=0",
                         "--name=commit", f"--directory={mnt}", "--rw=write",
                         "--bs=4k", "--size=16M", "--fsync=1", "--ioengine=psync",
@@ -571,7 +571,7 @@ def check_flow_shares(ctx) -> dict:
     g.write_queue(dev, "nr_requests", SCHED_TAGS)
     g.write_tunable(dev, "be_high_max", -1)
     g.write_tunable(dev, "be_low_min", 8)
-    args = ["--direct=1", "--ioengine=libaio", "--runtime=20", "--time_based=1",
+    args = ["--direct=1", "--ioengine=libaio", "--runtime=10", "--time_based=1",
             "--exitall", "--group_reporting=0", f"--filename=/dev/{dev}"]
     for level in range(8):
         args += [f"--name=be{level}", "--rw=randread", "--bs=4k", "--iodepth=4",
