@@ -2,6 +2,8 @@ import os
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
@@ -19,15 +21,39 @@ def pytest_addoption(parser):
                      "about five minutes a kernel)")
 
 
+def _series(text: str, option: str) -> list[str]:
+    series = [s.strip() for s in text.split(",") if s.strip()]
+    bad = [s for s in series if not all(part.isdigit() for part in s.split("."))]
+    if not series or bad:
+        raise pytest.UsageError(f"{option}: expected kernel series like 6.1,6.12, "
+                                f"got {text!r}")
+    return series
+
+
+def newest(series: list[str]) -> str:
+    """The newest series by version number (6.12 after 6.1)."""
+    return max(series, key=lambda s: tuple(int(x) for x in s.split(".")))
+
+
+def pytest_configure(config):
+    """The kernel lists, parsed once: config.prism_kernels (--kernels)
+    and config.prism_blktests_kernels (--blktests-kernels, else the same),
+    each with its newest series (config.prism_newest_kernel,
+    config.prism_newest_blktests_kernel), which runs the checks that do
+    not change with the kernel."""
+    config.prism_kernels = _series(config.getoption("--kernels"), "--kernels")
+    config.prism_blktests_kernels = _series(
+        config.getoption("--blktests-kernels") or config.getoption("--kernels"),
+        "--blktests-kernels")
+    config.prism_newest_kernel = newest(config.prism_kernels)
+    config.prism_newest_blktests_kernel = newest(config.prism_blktests_kernels)
+
+
 def pytest_generate_tests(metafunc):
     """A test or fixture taking "kernel" runs once per --kernels series
     (the VM suites: test_vm.py, test_blktests.py)."""
     if "kernel" in metafunc.fixturenames:
-        series = [s.strip() for s in metafunc.config.getoption("--kernels").split(",")
-                  if s.strip()]
-        metafunc.parametrize("kernel", series, scope="session")
+        metafunc.parametrize("kernel", metafunc.config.prism_kernels, scope="session")
     if "blktests_kernel" in metafunc.fixturenames:
-        chosen = (metafunc.config.getoption("--blktests-kernels")
-                  or metafunc.config.getoption("--kernels"))
-        series = [s.strip() for s in chosen.split(",") if s.strip()]
-        metafunc.parametrize("blktests_kernel", series, scope="session")
+        metafunc.parametrize("blktests_kernel", metafunc.config.prism_blktests_kernels,
+                             scope="session")

@@ -26,9 +26,7 @@ from prism.host import blktests, kernels
 def blktests_for(kernel: str, config) -> list[str]:
     """What blktests runs on @kernel: everything on the newest kernel
     asked for, EVERY_KERNEL_TESTS on the others."""
-    series = [s.strip() for s in (config.getoption("--blktests-kernels")
-                                  or config.getoption("--kernels")).split(",") if s.strip()]
-    newest = max(series, key=lambda s: tuple(int(x) for x in s.split(".")))
+    newest = config.prism_newest_blktests_kernel  # conftest.py's pytest_configure()
     return blktests.SCHED_TESTS if kernel == newest else blktests.EVERY_KERNEL_TESTS
 
 

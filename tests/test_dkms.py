@@ -66,8 +66,7 @@ def test_dkms_builds_and_installs(tmp_path, series, request):
     the kernel's own tree and loads what it installed
     (test_vm.py::test_vm_autoloads_the_dkms_module checks its path and
     version): done there, not twice (CI time)."""
-    booted = [s.strip() for s in request.config.getoption("--kernels").split(",")]
-    if not request.config.getoption("--no-vm") and series in booted:
+    if not request.config.getoption("--no-vm") and series in request.config.prism_kernels:
         pytest.skip(f"the {series} boot builds, installs and loads it through DKMS "
                     "(test_vm_autoloads_the_dkms_module)")
     if not shutil.which("dkms"):

@@ -25,8 +25,7 @@ CHECK_NAMES = ["setup"] + [name for name, _ in selftest.CHECKS]
 
 
 def newest_kernel(config) -> str:
-    series = [s.strip() for s in config.getoption("--kernels").split(",") if s.strip()]
-    return "6.12" if "6.12" in series else series[0]
+    return config.prism_newest_kernel  # conftest.py's pytest_configure()
 
 
 def skipped_here(kernel: str, config) -> list[str]:
