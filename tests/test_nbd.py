@@ -43,9 +43,38 @@ def server(tmp_path):
 
 def stop(proc) -> str:
     proc.send_signal(signal.SIGTERM)
-    _, err = proc.communicate(timeout=10)
+    try:
+        _, err = proc.communicate(timeout=10)
+    except subprocess.TimeoutExpired as e:
+        # Seen once in a full run (2026-11-28), never alone: say where the
+        # server was, for whoever meets it next.
+        state = server_state(proc.pid)
+        proc.kill()
+        proc.communicate()
+        pytest.fail(f"the disk server ignored SIGTERM for 10 s: {state}; stderr: {e.stderr!r}")
     assert proc.returncode == 0, err
     return err
+
+
+def server_state(pid: int) -> str:
+    """The process's state, wait channel, scheduling policy and kernel
+    stack, as far as /proc tells them."""
+    out = []
+    for name in ("status", "wchan", "stack", "sched"):
+        try:
+            text = Path(f"/proc/{pid}/{name}").read_text()
+        except OSError as e:
+            text = f"({e})"
+        if name == "status":
+            text = " ".join(line for line in text.splitlines()
+                            if line.startswith(("State:", "SigBlk:", "SigCgt:", "SigPnd:",
+                                                "ShdPnd:", "voluntary", "nonvoluntary")))
+        elif name == "sched":
+            text = " ".join(line.split()[0] + "=" + line.split()[-1]
+                            for line in text.splitlines()
+                            if line.startswith(("policy", "prio", "nr_switches")))
+        out.append(f"{name}: {text.strip()}")
+    return "; ".join(out)
 
 
 def trace_rows(path: Path) -> list[dict]:
