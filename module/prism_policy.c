@@ -865,15 +865,23 @@ void prism_cost_digest(struct prism_cost_model *m,
 	int d;
 
 	for (d = 0; d < PRISM_NR_DIRS; d++) {
-		u64 bps = p->bps[d] ? p->bps[d] : 1;
+		u64 bps = p->bps[d] ? p->bps[d] : 1, per_byte;
 		u64 page = div_u64_u64(NSEC_PER_SECOND * PRISM_PAGE_BYTES, bps);
 		u64 seq = div_u64_u64(NSEC_PER_SECOND,
 				      p->seqiops[d] ? p->seqiops[d] : 1);
 		u64 rnd = div_u64_u64(NSEC_PER_SECOND,
 				      p->randiops[d] ? p->randiops[d] : 1);
 
-		m->page_ns[d] = div_u64_u64((NSEC_PER_SECOND *
-					     PRISM_PAGE_BYTES) << 8, bps);
+		/*
+		 * prism_cost() multiplies this by a request's bytes (a u32):
+		 * kept within 32 bits, the product never wraps. That floors
+		 * the streaming rate at about 239 KiB/s (cost_rkbps and
+		 * cost_wkbps accept 1); at 1 KiB/s a request of 17 MiB would
+		 * have cost next to nothing.
+		 */
+		per_byte = div_u64_u64((NSEC_PER_SECOND * PRISM_PAGE_BYTES) << 8,
+				       bps);
+		m->page_ns[d] = per_byte < U32_MAX ? per_byte : U32_MAX;
 		m->seq_base[d] = seq > page ? seq - page : 0;
 		m->rand_base[d] = rnd > page ? rnd - page : 0;
 	}

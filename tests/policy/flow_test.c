@@ -71,6 +71,23 @@ TEST(cost_model_arithmetic)
 	CHECK(c > 2090000 && c < 2110000);	/* 1 MiB / 500 MB/s + base */
 	CHECK(prism_cost(&m, PRISM_WRITE, 4096, false) >
 	      prism_cost(&m, PRISM_READ, 4096, false));
+
+	/*
+	 * The slowest rate the tunables accept (cost_rkbps=1): a large
+	 * request costs more than a small one, never a wrapped product.
+	 */
+	p.bps[PRISM_READ] = 1024;
+	prism_cost_digest(&m, &p);
+	CHECK(prism_cost(&m, PRISM_READ, 32 << 20, true) >
+	      prism_cost(&m, PRISM_READ, 16 << 20, true));
+	CHECK(prism_cost(&m, PRISM_READ, U32_MAX, true) >=
+	      prism_cost(&m, PRISM_READ, 32 << 20, true));
+	/* Down to about 239 KiB/s a rate is taken as set. */
+	p.bps[PRISM_READ] = 256 << 10;
+	prism_cost_digest(&m, &p);
+	c = prism_cost(&m, PRISM_READ, 1 << 20, true) -
+	    prism_cost(&m, PRISM_READ, 0, true);
+	CHECK(c > 3990000000ULL && c < 4010000000ULL);	/* 1 MiB in 4 s */
 }
 
 TEST(cost_seq_detection)
