@@ -84,8 +84,11 @@ static inline unsigned int prism_shallow_depth(struct blk_mq_hw_ctx *hctx,
  * finish_request() for it. 6.1 marks it RQF_ELVPRIV and skips flush
  * requests (FUA, PREFLUSH), which it routes past the elevator but which
  * a driver requeue can still bring to insert_requests() with stale
- * elv.priv[]; 6.12 prepares every request with RQF_USE_SCHED, and only
- * those reach the elevator.
+ * elv.priv[]; it prepares passthrough requests (see
+ * prism_rq_passthrough()). 6.12 prepares every request with
+ * RQF_USE_SCHED, and only those reach the elevator: every request but
+ * REQ_OP_FLUSH and passthrough, a PREFLUSH or FUA write with data
+ * included, which its flush machinery inserts at head for its data step.
  */
 static inline bool prism_rq_prepared(const struct request *rq)
 {
@@ -93,6 +96,26 @@ static inline bool prism_rq_prepared(const struct request *rq)
 	return rq->rq_flags & RQF_ELVPRIV;
 #else
 	return rq->rq_flags & RQF_USE_SCHED;
+#endif
+}
+
+/*
+ * A passthrough request in insert_requests(). 6.1 sends passthrough
+ * requests straight to the dispatch list (blk_mq_sched_bypass_insert():
+ * one may be part of error handling), except those put on a plug
+ * (blk_execute_rq_nowait() under current->plug: io_uring's NVMe
+ * passthrough), which its plug flush hands to insert_requests(), prepared,
+ * like file system I/O. prism then serves them at head, as the core
+ * meant; upstream made the plug flush keep them from the elevator in 6.4.
+ * 6.12 never prepares them, so never inserts them: false there, and the
+ * test folds away.
+ */
+static inline bool prism_rq_passthrough(const struct request *rq)
+{
+#ifdef RQF_ELVPRIV
+	return blk_rq_is_passthrough(rq);
+#else
+	return false;
 #endif
 }
 

@@ -1527,6 +1527,42 @@ def disk_stat(dev: str) -> dict:
             "discard_merges": f[12] if len(f) > 12 else 0}
 
 
+def check_passthrough_nvme(ctx) -> dict:
+    """NVMe passthrough (fio's io_uring_cmd engine on the namespace's
+    character device), submitted eight at a time so that io_uring plugs:
+    6.1's blk_execute_rq_nowait() then puts each request on the plug, and
+    the plug's flush hands it to insert_requests() prepared, like file
+    system I/O, where the core sends other passthrough straight to the
+    dispatch list. prism serves those at head, never from a tier's FIFO
+    where a hold or a cap could keep them (found in review): on 6.1 its
+    tiers count them (passthrough == inserted over the run, and some
+    were). 6.12 keeps passthrough away from the elevator: nothing is
+    inserted. The books balance either way."""
+    dev = ctx["nvme"]
+    chardev = Path("/dev") / ("ng" + dev.removeprefix("nvme"))   # nvme0n1 -> ng0n1
+    if not chardev.exists():
+        return {"ok": False, "error": f"{chardev} missing (the NVMe generic char device)"}
+    g.set_scheduler(dev, "none")
+    g.set_scheduler(dev, "prism")
+    before = g.prism_tiers(dev)
+    rep = g.fio(args=["--name=pt", f"--filename={chardev}", "--ioengine=io_uring_cmd",
+                      "--cmd_type=nvme", "--rw=randread", "--bs=4k", "--iodepth=16",
+                      "--iodepth_batch_submit=8", "--iodepth_batch_complete_min=1",
+                      "--size=32M", "--runtime=3", "--time_based"], timeout=120)
+    books = conservation(dev)
+    after = books["tiers"]
+    inserted = sum(after[t]["inserted"] - before[t]["inserted"] for t in after)
+    passthrough = sum(after[t]["passthrough"] - before[t]["passthrough"] for t in after)
+    ios = job(rep, "pt")["ios"]
+    on_61 = os.uname().release.startswith("6.1.")
+    if on_61:
+        served = 0 < passthrough == inserted
+    else:
+        served = inserted == 0 and passthrough == 0
+    return {"ok": ios > 0 and served and books["balanced"], "kernel_6_1": on_61,
+            "ios": ios, "inserted": inserted, "passthrough_at_head": passthrough}
+
+
 def check_discard(ctx) -> dict:
     """Discards under prism on devices with multi-range discard (QEMU's
     NVMe, 256 segments, too fast under TCG for much to queue; prism's
@@ -1970,6 +2006,7 @@ CHECKS = [
     ("rate_cap", check_rate_cap),
     ("latency_hist", check_latency_hist),
     ("discard", check_discard),
+    ("passthrough_nvme", check_passthrough_nvme),
     ("mapping_flips", check_mapping_flips),
     ("tag_reserve", check_tag_reserve),
     ("requeue", check_requeue),
