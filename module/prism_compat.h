@@ -110,7 +110,7 @@ static inline bool prism_rq_prepared(const struct request *rq)
  * 6.12 never prepares them, so never inserts them: false there, and the
  * test folds away.
  */
-static inline bool prism_rq_passthrough(const struct request *rq)
+static inline bool prism_rq_passthrough(struct request *rq)
 {
 #ifdef RQF_ELVPRIV
 	return blk_rq_is_passthrough(rq);
