@@ -1527,6 +1527,18 @@ def disk_stat(dev: str) -> dict:
             "discard_merges": f[12] if len(f) > 12 else 0}
 
 
+def nvme_generic(dev: str) -> Path | None:
+    """The generic char device of block namespace @dev: ng<controller>n<ns>,
+    where the block name is nvme<subsystem>n<ns> (the two numbers differ
+    once there are two controllers, as here)."""
+    ctrl = (g.SYS_BLOCK / dev / "device").resolve()
+    ns = dev.rsplit("n", 1)[1]
+    for ng in sorted(Path("/sys/class/nvme-generic").glob(f"ng*n{ns}")):
+        if (ng / "device").resolve() == ctrl:
+            return Path("/dev") / ng.name
+    return None
+
+
 def check_passthrough_nvme(ctx) -> dict:
     """NVMe passthrough (fio's io_uring_cmd engine on the namespace's
     character device), submitted eight at a time so that io_uring plugs:
@@ -1537,18 +1549,29 @@ def check_passthrough_nvme(ctx) -> dict:
     where a hold or a cap could keep them (found in review): on 6.1 its
     tiers count them (passthrough == inserted over the run, and some
     were). 6.12 keeps passthrough away from the elevator: nothing is
-    inserted. The books balance either way."""
+    inserted. The books balance either way.
+
+    Some commands fail with EFAULT ("Bad address") on both kernels and
+    under every scheduler, none included (seen 2026-11-28 in this boot,
+    never in a boot with one NVMe disk; more when fio waits for eight
+    completions before submitting again): not prism's, cause not found
+    (fio 3.33's io_uring_cmd, io_uring or QEMU's NVMe). fio goes on past
+    them (continue_on_error=all) and the result counts them."""
     dev = ctx["nvme"]
-    chardev = Path("/dev") / ("ng" + dev.removeprefix("nvme"))   # nvme0n1 -> ng0n1
-    if not chardev.exists():
-        return {"ok": False, "error": f"{chardev} missing (the NVMe generic char device)"}
+    chardev = nvme_generic(dev)
+    if chardev is None:
+        return {"ok": False, "error": f"no NVMe generic char device (/dev/ng*) for {dev}"}
     g.set_scheduler(dev, "none")
     g.set_scheduler(dev, "prism")
     before = g.prism_tiers(dev)
-    rep = g.fio(args=["--name=pt", f"--filename={chardev}", "--ioengine=io_uring_cmd",
-                      "--cmd_type=nvme", "--rw=randread", "--bs=4k", "--iodepth=16",
-                      "--iodepth_batch_submit=8", "--iodepth_batch_complete_min=1",
-                      "--size=32M", "--runtime=3", "--time_based"], timeout=120)
+    r = subprocess.run(["fio", "--output-format=json", "--name=pt", f"--filename={chardev}",
+                        "--ioengine=io_uring_cmd", "--cmd_type=nvme", "--rw=randread",
+                        "--bs=4k", "--iodepth=16", "--iodepth_batch_submit=8",
+                        "--iodepth_batch_complete_min=1", "--size=32M", "--runtime=3",
+                        "--time_based", "--continue_on_error=all"],
+                       text=True, capture_output=True, timeout=120)
+    rep = g.parse_fio_json(r.stdout)
+    failed = r.stderr.count("io_u error")
     books = conservation(dev)
     after = books["tiers"]
     inserted = sum(after[t]["inserted"] - before[t]["inserted"] for t in after)
@@ -1560,7 +1583,8 @@ def check_passthrough_nvme(ctx) -> dict:
     else:
         served = inserted == 0 and passthrough == 0
     return {"ok": ios > 0 and served and books["balanced"], "kernel_6_1": on_61,
-            "ios": ios, "inserted": inserted, "passthrough_at_head": passthrough}
+            "ios": ios, "failed_in_io_uring": failed, "fio_rc": r.returncode,
+            "inserted": inserted, "passthrough_at_head": passthrough}
 
 
 def check_discard(ctx) -> dict:
