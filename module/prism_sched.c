@@ -90,11 +90,12 @@
  * the submitting thread's pid, recorded in prepare_request() where current
  * is the submitter and read at the first insert only; from dispatch on it
  * holds the dispatch time (ktime ns, wrapping at the width of a long,
- * enough for a latency). Sort-tree membership is tracked here and never read
- * from rq->rb_node, which shares a union with the driver's special_vec,
- * so on a request the driver gave back it may hold anything. Hash
- * membership is the core's RQF_HASHED flag (the core also hashes a request
- * on its own after a back merge), which elv_rqhash_del() tests.
+ * enough for a latency), or 0 if nothing was to read it. Sort-tree
+ * membership is tracked here and never read from rq->rb_node, which
+ * shares a union with the driver's special_vec, so on a request the
+ * driver gave back it may hold anything. Hash membership is the core's
+ * RQF_HASHED flag (the core also hashes a request on its own after a back
+ * merge), which elv_rqhash_del() tests.
  */
 #define PRISM_RQ_SEEN		BIT(0)	/* counted as inserted once */
 #define PRISM_RQ_QUEUED		BIT(1)	/* on a FIFO or the dispatch list */
@@ -337,6 +338,9 @@ struct prism_data {
 	int direct_tier;
 	bool lane_off;
 	unsigned long lane_checked;	/* jiffies lane_off was last computed */
+	/* prism_dispatch_choose()'s answer: by the lane, and the clock read */
+	bool chosen_direct;
+	u64 chosen_now;
 	u64 lane_spills;
 	bool rate_capped;	/* a rate cap is set (rate_kbps) */
 	u32 fair_capped;	/* tiers with a fair cap in force, by bit */
@@ -431,8 +435,12 @@ struct prism_data {
 	 * prism_hist_bucket()'s buckets. hist_wait: from the request's
 	 * allocation (the core's start_time_ns) to its dispatch, under the
 	 * lock. hist_device: from dispatch to completion, added where
-	 * requests complete, without the lock.
+	 * requests complete, without the lock. Kept only while latency_hist
+	 * is 1 (off by default: about 50 instructions per request, 0.6% of
+	 * a 4 KiB read's kernel path, which nothing else needs). Written
+	 * under the lock; dispatch reads it there, completions locklessly.
 	 */
+	bool latency_hist;
 	u64 hist_wait[PRISM_NR_TIERS][PRISM_NR_DIRS][PRISM_HIST_BUCKETS];
 	atomic64_t hist_device[PRISM_NR_TIERS][PRISM_NR_DIRS]
 			      [PRISM_HIST_BUCKETS];
@@ -2309,42 +2317,124 @@ static inline u64 prism_flow_served(struct prism_data *pd,
 	return cost;
 }
 
-static struct request *prism_dispatch_request(struct blk_mq_hw_ctx *hctx)
+/*
+ * @rq leaves prism for the device, with the lock held: out of its lists
+ * and its flow, into the books, stamped with its dispatch time (@now, or
+ * 0 to read it here if needed). @direct: it came by the lane.
+ */
+static __always_inline void prism_dispatch_out(struct prism_data *pd,
+					       struct request_queue *q,
+					       struct request *rq, bool direct,
+					       u64 now)
+{
+	struct prism_tier_queue *tq;
+	struct prism_flow *fl;
+	enum prism_tier tier;
+	unsigned long st;
+
+	/* The state decoded once (each decoding checks it). */
+	st = prism_rq_state(rq);
+	tier = prism_rq_tier_of_state(st);
+	tq = &pd->tier[tier];
+	fl = prism_rq_flow(pd, st);
+	__prism_remove_request(pd, q, rq, st, tq, fl);
+	st = prism_rq_state(rq);
+	tq->dispatched++;
+	if (direct) {
+		/* The flow's statistics, not its virtual time. */
+		tq->direct++;
+		prism_flow_served(pd, prism_tun(pd), fl, rq);
+	}
+	if (st & PRISM_RQ_FOREIGN) {
+		/*
+		 * Never prepared, so never finished: it leaves the books here.
+		 * Should the driver requeue it, it comes back as a new foreign
+		 * insert, since its state cannot be told from a stale one.
+		 */
+		prism_rq_set_state(rq, 0);
+	} else {
+		WRITE_ONCE(tq->started, tq->started + 1);
+		st |= PRISM_RQ_DISPATCHED;
+		st &= ~(PRISM_RQ_SOLO | PRISM_RQ_IDLE_DEV | PRISM_RQ_TIMED |
+			PRISM_RQ_LEARN_MASK);
+		if (tier != PRISM_LOW && prism_want_time(pd, tq, tier)) {
+			/* Device time feeds the depth controller. */
+			st |= PRISM_RQ_TIMED;
+			if (!prism_lower_inflight(pd, tier))
+				st |= PRISM_RQ_SOLO;
+		} else if (tier == PRISM_LOW &&
+			   !prism_inflight(&pd->tier[PRISM_HIGH]) &&
+			   !prism_inflight(&pd->tier[PRISM_NORMAL]) &&
+			   prism_inflight(tq) == 1 &&
+			   (rq_data_dir(rq) == READ || !prism_write_back(q))) {
+			/*
+			 * Alone in the device: its time is its service. Not
+			 * a write a volatile cache takes in, which completes
+			 * in microseconds and costs its media time later, to
+			 * the flush that ends a higher tier's chain: as the
+			 * window's base it would close every window at once.
+			 */
+			st |= PRISM_RQ_IDLE_DEV;
+		}
+		st = prism_learn_stamp(pd, rq, st);
+		/*
+		 * The dispatch time: requests timed for the in-flight control
+		 * or the learner read the clock; for the histograms alone the
+		 * core's statistics clock does (one reading per plug); 0 where
+		 * nothing reads it, so that a completion can tell.
+		 */
+		if (!now && (st & (PRISM_RQ_TIMED | PRISM_RQ_IDLE_DEV |
+				   PRISM_RQ_LEARN)))
+			now = ktime_get_ns();
+		if (pd->latency_hist) {
+			if (!now)
+				now = prism_stat_clock();
+			if (rq->start_time_ns && now > rq->start_time_ns)
+				pd->hist_wait[tier][prism_rq_dir(rq)]
+					[prism_hist_bucket(now - rq->start_time_ns)]++;
+			else
+				pd->hist_wait[tier][prism_rq_dir(rq)][0]++;
+		}
+		rq->elv.priv[1] = (void *)(unsigned long)now;
+		prism_rq_set_state(rq, st);
+	}
+	if (!prism_rq_passthrough(rq)) {
+		pd->head_pos = blk_rq_pos(rq) + blk_rq_sectors(rq);
+		fl->sweep_pos[prism_rq_dir(rq)] = pd->head_pos;
+	}
+	rq->rq_flags |= RQF_STARTED;
+}
+
+/*
+ * Dispatch by choice: the order and the state that moves with time brought
+ * up to date, then the tier, the flow and the request chosen and charged.
+ * Out of line, so that the lanes' path (prism_dispatch_request()) keeps
+ * its frame small. Called with the lock held; NULL if nothing may go now,
+ * else the request, with chosen_direct and chosen_now set for
+ * prism_dispatch_out().
+ */
+static noinline struct request *prism_dispatch_choose(struct prism_data *pd,
+						       struct blk_mq_hw_ctx *hctx)
 {
 	struct request_queue *q = hctx->queue;
-	struct prism_data *pd = hctx->sched_data;
 	const struct prism_tunables *tun;
-	struct prism_tier_queue *tq;
 	struct prism_choice c;
 	struct prism_flow *fl, *waited = NULL;
 	struct request *rq;
 	u64 now = 0, flow_window, cost;
-	unsigned long st, tick;
 	u32 queued_tiers = 0, depth;
-	enum prism_tier tier;
-	bool differ, direct = false;
+	unsigned long tick;
+	bool differ;
 	int t;
 
-	spin_lock(&pd->lock);
-
-	rq = list_first_entry_or_null(&pd->dispatch, struct request, queuelist);
-	if (rq)
-		goto found;
-
 	/*
-	 * Queued while nothing else was: nothing to choose. What follows,
-	 * which only moves with time, the tunables or the media, is brought
-	 * up to date once a jiffy while the lane is served: lane_off decides
-	 * inserts only, and what closes the lane at once closes it where it
-	 * happens (prism_note_weight(), the tunables' store).
+	 * What follows, which only moves with time, the tunables or the
+	 * media, is brought up to date once a jiffy while the lane is served
+	 * (prism_dispatch_request()): lane_off decides inserts only, and what
+	 * closes the lane at once closes it where it happens
+	 * (prism_note_weight(), the tunables' store).
 	 */
 	tick = jiffies;
-	rq = list_first_entry_or_null(&pd->direct, struct request, queuelist);
-	if (rq && pd->lane_checked == tick) {
-		direct = true;
-		goto found;
-	}
-
 	prism_update_order(pd, q);
 	tun = prism_tun(pd);
 	differ = prism_weights_differ_now(pd);
@@ -2378,8 +2468,9 @@ static struct request *prism_dispatch_request(struct blk_mq_hw_ctx *hctx)
 	/* Again: a change of order spills the lane onto the flows. */
 	rq = list_first_entry_or_null(&pd->direct, struct request, queuelist);
 	if (rq) {
-		direct = true;
-		goto found;
+		pd->chosen_direct = true;
+		pd->chosen_now = now;
+		return rq;
 	}
 
 	/*
@@ -2410,7 +2501,7 @@ static struct request *prism_dispatch_request(struct blk_mq_hw_ctx *hctx)
 
 	if (!prism_choose_viewed(pd, hctx, tun, depth, &now, &c, &queued_tiers,
 				 &waited))
-		goto unlock;
+		return NULL;
 
 turn:
 	if (c.flow < 0) {
@@ -2422,14 +2513,14 @@ turn:
 									NULL);
 		if (WARN_ON_ONCE(!fl)) {
 			prism_batch_reset(&pd->batch);
-			goto unlock;
+			return NULL;
 		}
 		c.flow = prism_flow_slot(pd, fl);
 		if (fl == waited) {
 			/* Its new turn begins by waiting for it. */
 			prism_batch_wait_turn(&pd->batch, c.tier, c.flow);
 			prism_flow_hold(pd, hctx, fl, now);
-			goto unlock;
+			return NULL;
 		}
 		prism_flow_view(fl, &fv);
 		prism_choose_in_flow(&fv, &pd->batch, tun, jiffies, &c);
@@ -2442,7 +2533,7 @@ chosen:
 	if (WARN_ON_ONCE(!rq)) {
 		/* The view said queued; the lists disagree. Start afresh. */
 		prism_batch_reset(&pd->batch);
-		goto unlock;
+		return NULL;
 	}
 	/*
 	 * Unequal weights among flows backlogged together for long (which do
@@ -2497,75 +2588,39 @@ chosen:
 			now = ktime_get_ns();
 		fl->dispatch_ns = now;
 	}
+	pd->chosen_direct = false;
+	pd->chosen_now = now;
+	return rq;
+}
 
-found:
-	/* The state decoded once (each decoding checks it). */
-	st = prism_rq_state(rq);
-	tier = prism_rq_tier_of_state(st);
-	tq = &pd->tier[tier];
-	fl = prism_rq_flow(pd, st);
-	__prism_remove_request(pd, q, rq, st, tq, fl);
-	st = prism_rq_state(rq);
-	tq->dispatched++;
-	if (direct) {
-		/* The flow's statistics, not its virtual time. */
-		tq->direct++;
-		prism_flow_served(pd, prism_tun(pd), fl, rq);
-	}
-	if (st & PRISM_RQ_FOREIGN) {
+static struct request *prism_dispatch_request(struct blk_mq_hw_ctx *hctx)
+{
+	struct prism_data *pd = hctx->sched_data;
+	struct request *rq;
+	unsigned long tick;
+	bool direct = false;
+	u64 now = 0;
+
+	spin_lock(&pd->lock);
+	rq = list_first_entry_or_null(&pd->dispatch, struct request, queuelist);
+	if (!rq) {
 		/*
-		 * Never prepared, so never finished: it leaves the books here.
-		 * Should the driver requeue it, it comes back as a new foreign
-		 * insert, since its state cannot be told from a stale one.
+		 * Queued while nothing else was: nothing to choose, once the
+		 * state that moves with time is up to date for this jiffy.
 		 */
-		prism_rq_set_state(rq, 0);
-	} else {
-		WRITE_ONCE(tq->started, tq->started + 1);
-		st |= PRISM_RQ_DISPATCHED;
-		st &= ~(PRISM_RQ_SOLO | PRISM_RQ_IDLE_DEV | PRISM_RQ_TIMED |
-			PRISM_RQ_LEARN_MASK);
-		if (tier != PRISM_LOW && prism_want_time(pd, tq, tier)) {
-			/* Device time feeds the depth controller. */
-			st |= PRISM_RQ_TIMED;
-			if (!prism_lower_inflight(pd, tier))
-				st |= PRISM_RQ_SOLO;
-		} else if (tier == PRISM_LOW &&
-			   !prism_inflight(&pd->tier[PRISM_HIGH]) &&
-			   !prism_inflight(&pd->tier[PRISM_NORMAL]) &&
-			   prism_inflight(tq) == 1 &&
-			   (rq_data_dir(rq) == READ || !prism_write_back(q))) {
-			/*
-			 * Alone in the device: its time is its service. Not
-			 * a write a volatile cache takes in, which completes
-			 * in microseconds and costs its media time later, to
-			 * the flush that ends a higher tier's chain: as the
-			 * window's base it would close every window at once.
-			 */
-			st |= PRISM_RQ_IDLE_DEV;
+		tick = jiffies;
+		rq = list_first_entry_or_null(&pd->direct, struct request,
+					      queuelist);
+		direct = true;
+		if (!rq || pd->lane_checked != tick) {
+			rq = prism_dispatch_choose(pd, hctx);
+			if (!rq)
+				goto unlock;
+			direct = pd->chosen_direct;
+			now = pd->chosen_now;
 		}
-		st = prism_learn_stamp(pd, rq, st);
-		/*
-		 * The dispatch time: requests timed for the in-flight control
-		 * or the learner read the clock; for the histograms alone the
-		 * core's statistics clock does (one reading per plug).
-		 */
-		if (!now)
-			now = st & (PRISM_RQ_TIMED | PRISM_RQ_IDLE_DEV |
-				    PRISM_RQ_LEARN) ? ktime_get_ns() :
-						      prism_stat_clock();
-		rq->elv.priv[1] = (void *)(unsigned long)now;
-		prism_rq_set_state(rq, st);
-		if (rq->start_time_ns && now > rq->start_time_ns)
-			pd->hist_wait[tier][prism_rq_dir(rq)]
-				     [prism_hist_bucket(now - rq->start_time_ns)]++;
-		else
-			pd->hist_wait[tier][prism_rq_dir(rq)][0]++;
 	}
-	if (!prism_rq_passthrough(rq)) {
-		pd->head_pos = blk_rq_pos(rq) + blk_rq_sectors(rq);
-		fl->sweep_pos[prism_rq_dir(rq)] = pd->head_pos;
-	}
-	rq->rq_flags |= RQF_STARTED;
+	prism_dispatch_out(pd, hctx->queue, rq, direct, now);
 unlock:
 	spin_unlock(&pd->lock);
 	return rq;
@@ -2859,11 +2914,16 @@ static void prism_completed_request(struct request *rq, u64 now)
 	if (!(st & PRISM_RQ_DISPATCHED) || (st & PRISM_RQ_FOREIGN) ||
 	    !prism_state_valid(st))
 		return;
-	/* In unsigned long: where that is 32 bits, good for 2 s. */
-	device = (long)((unsigned long)now - (unsigned long)rq->elv.priv[1]);
-	atomic64_inc(&pd->hist_device[prism_rq_tier_of_state(st)]
-				     [prism_rq_dir(rq)]
-				     [prism_hist_bucket(device > 0 ? device : 0)]);
+	/* Not stamped: dispatched while the histograms were off. */
+	if (READ_ONCE(pd->latency_hist) && rq->elv.priv[1]) {
+		/* In unsigned long: where that is 32 bits, good for 2 s. */
+		device = (long)((unsigned long)now -
+				(unsigned long)rq->elv.priv[1]);
+		atomic64_inc(&pd->hist_device[prism_rq_tier_of_state(st)]
+					     [prism_rq_dir(rq)]
+					     [prism_hist_bucket(device > 0 ?
+								device : 0)]);
+	}
 	if (READ_ONCE(pd->flow_window))
 		prism_finish_slow(pd, rq, st);
 	else
@@ -3195,6 +3255,7 @@ enum prism_attr_id {
 	PRISM_ATTR_WRITEBACK_LOW,
 	PRISM_ATTR_RATE_BURST_US,
 	PRISM_ATTR_BULK_MERGE_KB,
+	PRISM_ATTR_LATENCY_HIST,
 };
 
 /* An hour: longer deadlines mean none; shown values stay within int. */
@@ -3244,6 +3305,7 @@ static const struct prism_attr_range prism_attr_ranges[] = {
 	[PRISM_ATTR_WRITEBACK_LOW]	= { 0, 1 },
 	[PRISM_ATTR_RATE_BURST_US]	= { 1, 10 * USEC_PER_SEC },
 	[PRISM_ATTR_BULK_MERGE_KB]	= { 0, 1 << 20 },
+	[PRISM_ATTR_LATENCY_HIST]	= { 0, 1 },
 };
 
 /*
@@ -3342,6 +3404,8 @@ static int prism_attr_get(struct prism_data *pd, const struct prism_tunables *t,
 		return div_u64(t->rate_burst, NSEC_PER_USEC);
 	case PRISM_ATTR_BULK_MERGE_KB:
 		return t->bulk_merge >> 10;
+	case PRISM_ATTR_LATENCY_HIST:
+		return pd->latency_hist;
 	}
 	return 0;
 }
@@ -3510,6 +3574,8 @@ static ssize_t prism_attr_store(struct elevator_queue *e, const char *page,
 		WRITE_ONCE(pd->front_merges, val);
 	if (id == PRISM_ATTR_SORT_MODE)
 		WRITE_ONCE(pd->sort_mode, val);
+	if (id == PRISM_ATTR_LATENCY_HIST)
+		WRITE_ONCE(pd->latency_hist, val);
 	/*
 	 * A cap lifted or loosened (or a cost changed under one) must free
 	 * what its bucket holds now, not when the old bucket's timer fires:
@@ -3567,6 +3633,7 @@ PRISM_ATTR(normal_rate_kbps, PRISM_ATTR_NORMAL_RATE_KBPS)
 PRISM_ATTR(low_rate_kbps, PRISM_ATTR_LOW_RATE_KBPS)
 PRISM_ATTR(rate_burst_us, PRISM_ATTR_RATE_BURST_US)
 PRISM_ATTR(bulk_merge_kb, PRISM_ATTR_BULK_MERGE_KB)
+PRISM_ATTR(latency_hist, PRISM_ATTR_LATENCY_HIST)
 PRISM_ATTR(writeback_low, PRISM_ATTR_WRITEBACK_LOW)
 
 #define PRISM_ATTR_ENTRY(name) \
@@ -3605,6 +3672,7 @@ static struct elv_fs_entry prism_attrs[] = {
 	PRISM_ATTR_ENTRY(low_rate_kbps),
 	PRISM_ATTR_ENTRY(rate_burst_us),
 	PRISM_ATTR_ENTRY(bulk_merge_kb),
+	PRISM_ATTR_ENTRY(latency_hist),
 	PRISM_ATTR_ENTRY(writeback_low),
 	__ATTR_NULL
 };
@@ -3851,8 +3919,9 @@ static int prism_flight_show(void *data, struct seq_file *m)
 
 /*
  * The latency histograms: a line of bucket lower bounds in ns, then one
- * line per kind, tier and direction with its count per bucket. Writing 0
- * empties them (a completion racing with it may survive).
+ * line per kind, tier and direction with its count per bucket, kept
+ * while the tunable latency_hist is 1. Writing 0 empties them (a
+ * completion racing with it may survive).
  */
 /* One histogram line; the FIFO names of reads and writes are the dirs'. */
 static void prism_latency_line(struct seq_file *m, const char *kind, int t,

@@ -340,3 +340,23 @@ def test_per_second_ios_counts_a_stalled_logs_gap_as_a_second_without_io(tmp_pat
     steady = tmp_path / "y_iops.1.log"
     steady.write_text("".join(f"{1000 * i + 40}, 7, 0, 0, 0\n" for i in range(1, 6)))
     assert per_second_ios(steady, gaps=True) == [7, 7, 7]
+
+
+def test_readme_documents_every_tunable_with_its_default():
+    """Every tunable the guest's checks know (and so prism's sysfs offers:
+    check_tunables compares the two) has a row in the README's tunable
+    table, with the default the module shows."""
+    from prism.guest import selftest
+    readme = (REPO / "README.md").read_text()
+    rows = {}
+    for line in readme.split("\n"):
+        cells = [c.strip() for c in line.split("|")]
+        if len(cells) > 3 and cells[1].startswith("`") and cells[1].endswith("`"):
+            for name in cells[1].split(","):      # a row may name several
+                rows.setdefault(name.strip().strip("`"), cells[2])
+    defaults = {name: str(spec[0]) for name, spec in selftest.TUNABLES.items()}
+    defaults |= {name: spec[0] for name, spec in selftest.KEYWORD_TUNABLES.items()}
+    missing = sorted(set(defaults) - set(rows))
+    assert not missing, f"README has no tunable row for {missing}"
+    wrong = {n: (rows[n], d) for n, d in defaults.items() if rows[n] != d}
+    assert not wrong, f"README default differs from the module's (README, module): {wrong}"

@@ -113,8 +113,14 @@ def sched_nr_requests(profile: str) -> int | None:
     return {**NULLB_PROFILES, **MODEL_PROFILES}.get(profile, {}).get("nr_requests")
 
 
-def apply_scheduler(dev: str, spec: str, profile: str = "") -> None:
+def apply_scheduler(dev: str, spec: str, profile: str = "",
+                    latency_hist: bool = False) -> None:
+    """Select @spec's scheduler on @dev with its tunables; with
+    @latency_hist, prism's latency histograms on too, unless @spec sets
+    latency_hist itself."""
     name, tunables = parse_scheduler(spec)
+    if name == "prism" and latency_hist:
+        tunables = {"latency_hist": 1} | tunables
     available = g.offered_schedulers(dev, name)
     if name not in available:
         raise SystemExit(f"bench: scheduler {name!r} is not offered by this kernel "
@@ -148,7 +154,7 @@ def run_one(run: dict, device: Device, plan: dict, rundir: Path) -> dict:
     if workload.app == "pgbench":
         return run_pgbench(run, device, plan, rundir, workload)
     device.reset(keep_data=workload.filesystem)
-    apply_scheduler(device.name, run["scheduler"], device.profile)
+    apply_scheduler(device.name, run["scheduler"], device.profile, workload.latency_hist)
     rundir.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, DEV=device.dev, RUNTIME=str(plan["runtime"]),
                RAMP=str(plan["ramp"]))
@@ -229,7 +235,8 @@ class RunMarks:
         if parse_scheduler(run["scheduler"])[0] == "prism":
             meta["prism_tiers"] = g.prism_tiers(device.name)
             meta["prism_flight"] = g.prism_flight(device.name)
-            meta["prism_latency"] = g.prism_latency(device.name)
+            if g.read_tunable(device.name, "latency_hist") == "1":
+                meta["prism_latency"] = g.prism_latency(device.name)
             meta["prism_cost"] = g.prism_cost(device.name)
             meta["prism_flight_series"] = self.flight_series
         (rundir / "meta.json").write_text(json.dumps(meta, indent=1))
@@ -248,7 +255,7 @@ def run_pgbench(run: dict, device: Device, plan: dict, rundir: Path, workload) -
         _database = pgbench.Database(plan["pgbench_image"])
     device.reset(keep_data=True)
     _database.write_image(device.dev)
-    apply_scheduler(device.name, run["scheduler"], device.profile)
+    apply_scheduler(device.name, run["scheduler"], device.profile, workload.latency_hist)
     rundir.mkdir(parents=True, exist_ok=True)
     ramp, runtime = plan["ramp"], plan["runtime"]
     _database.start(device.dev)

@@ -59,6 +59,7 @@ TUNABLES = {
     "writeback_low": (1, 0, 0, 1),
     "rate_burst_us": (100000, 2000, 1, 10000000),
     "bulk_merge_kb": (0, 128, 0, 1 << 20),
+    "latency_hist": (0, 1, 0, 1),
 }
 # Tunables that take a keyword: (default, every keyword offered).
 KEYWORD_TUNABLES = {
@@ -184,11 +185,13 @@ def repeating(period: float, action):
 # The v2 tunables away from their defaults, for the verify checks: data
 # must survive whatever they are set to.
 VERIFY_TUNABLES: dict[str, dict[str, int | str]] = {
-    "virtio": {"cost_model": "auto", "quantum_us": 2000, "flow_depth": 10},
+    "virtio": {"cost_model": "auto", "quantum_us": 2000, "flow_depth": 10,
+               "latency_hist": 1},
     "nvme": {"quantum_us": 100, "flow_depth": 1, "cost_rrandiops": 200,
              "cost_rkbps": 100000, "cost_wkbps": 90000, "cost_wrandiops": 150,
              "low_rate_kbps": 102400, "flow_idle_us": 1000,
-             "writeback_low": 0, "rate_burst_us": 2000, "bulk_merge_kb": 64},
+             "writeback_low": 0, "rate_burst_us": 2000, "bulk_merge_kb": 64,
+             "latency_hist": 1},
 }
 
 
@@ -485,7 +488,7 @@ def check_writeback_low(ctx) -> dict:
     runs = {}
     with dirty_background(WRITEBACK_BACKGROUND_MB << 20):
         for low in (1, 0):
-            g.set_scheduler(dev, "prism", {"writeback_low": low})
+            g.set_scheduler(dev, "prism", {"writeback_low": low, "latency_hist": 1})
             g.prism_latency_reset(dev)
             g.sh(f"dd if=/dev/zero of=/dev/{dev} bs=1M count={WRITEBACK_MB} "
                  "status=none")
@@ -1021,7 +1024,7 @@ def check_pacing_writeback_cloud(ctx) -> dict:
     with dirty_background(1 << 20):
         for rep in range(2):
             g.set_scheduler(dev, "none")
-            g.set_scheduler(dev, "prism")
+            g.set_scheduler(dev, "prism", {"latency_hist": 1})
             g.write_queue(dev, "nr_requests", 128)
             g.prism_latency_reset(dev)
             before = g.prism_flight(dev)["held_paced"]
@@ -1424,14 +1427,22 @@ def check_latency_hist(ctx) -> dict:
     (against the tiers' own counters); device times sit at the device's
     5 ms; the RT writes wait less than the BE7 reads, which queue behind
     them. Writing anything but 0 is refused and changes nothing; 0 empties
-    them."""
+    them. Off by default (latency_hist=0), they count nothing: a first
+    run of the same jobs, for 1 s, leaves them empty."""
     dev = ctx["nullb"]
     g.set_scheduler(dev, "prism")
-    common = [f"--filename=/dev/{dev}", "--direct=1", "--ioengine=libaio", "--bs=4k",
-              "--runtime=4", "--time_based"]
-    g.fio(args=["--name=low", "--rw=randread", "--iodepth=8", "--prioclass=2", "--prio=7",
-                *common, "--name=high", "--rw=randwrite", "--iodepth=1", "--prioclass=1",
-                "--prio=4", *common], timeout=120)
+
+    def jobs(seconds: int) -> None:
+        common = [f"--filename=/dev/{dev}", "--direct=1", "--ioengine=libaio", "--bs=4k",
+                  f"--runtime={seconds}", "--time_based"]
+        g.fio(args=["--name=low", "--rw=randread", "--iodepth=8", "--prioclass=2",
+                    "--prio=7", *common, "--name=high", "--rw=randwrite", "--iodepth=1",
+                    "--prioclass=1", "--prio=4", *common], timeout=120)
+    jobs(1)
+    off_dispatched = sum(t["dispatched"] for t in g.prism_tiers(dev).values())
+    off_empty = not g.prism_latency(dev)["hists"] and off_dispatched > 0
+    g.set_scheduler(dev, "prism", {"latency_hist": 1})
+    jobs(4)
     lat = g.prism_latency(dev)
     tiers = g.prism_tiers(dev)
 
@@ -1465,7 +1476,9 @@ def check_latency_hist(ctx) -> dict:
              and high_wait is not None and 4 <= low_dev <= 12 and 4 <= high_dev <= 12
              and low_wait > high_wait)
     balanced = conservation(dev)["balanced"]
-    return {"ok": counted and timed and refused and kept and emptied and balanced,
+    return {"ok": (off_empty and counted and timed and refused and kept and emptied
+                   and balanced),
+            "off_empty": off_empty, "off_dispatched": off_dispatched,
             "books": books, "p50_ms": ms, "bad_write_refused": refused, "kept": kept,
             "emptied": emptied, "balanced": balanced}
 
