@@ -338,9 +338,7 @@ struct prism_data {
 	int direct_tier;
 	bool lane_off;
 	unsigned long lane_checked;	/* jiffies lane_off was last computed */
-	/* prism_dispatch_choose()'s answer: by the lane, and the clock read */
-	bool chosen_direct;
-	u64 chosen_now;
+	u64 chosen_now;	/* the clock prism_dispatch_choose() read, or 0 */
 	u64 lane_spills;
 	bool rate_capped;	/* a rate cap is set (rate_kbps) */
 	u32 fair_capped;	/* tiers with a fair cap in force, by bit */
@@ -2320,12 +2318,11 @@ static inline u64 prism_flow_served(struct prism_data *pd,
 /*
  * @rq leaves prism for the device, with the lock held: out of its lists
  * and its flow, into the books, stamped with its dispatch time (@now, or
- * 0 to read it here if needed). @direct: it came by the lane.
+ * 0 to read it here if needed).
  */
 static __always_inline void prism_dispatch_out(struct prism_data *pd,
 					       struct request_queue *q,
-					       struct request *rq, bool direct,
-					       u64 now)
+					       struct request *rq, u64 now)
 {
 	struct prism_tier_queue *tq;
 	struct prism_flow *fl;
@@ -2338,13 +2335,13 @@ static __always_inline void prism_dispatch_out(struct prism_data *pd,
 	tq = &pd->tier[tier];
 	fl = prism_rq_flow(pd, st);
 	__prism_remove_request(pd, q, rq, st, tq, fl);
-	st = prism_rq_state(rq);
 	tq->dispatched++;
-	if (direct) {
-		/* The flow's statistics, not its virtual time. */
+	if (st & PRISM_RQ_DIRECT) {
+		/* By the lane: the flow's statistics, not its virtual time. */
 		tq->direct++;
 		prism_flow_served(pd, prism_tun(pd), fl, rq);
 	}
+	st = prism_rq_state(rq);	/* as the removal left it */
 	if (st & PRISM_RQ_FOREIGN) {
 		/*
 		 * Never prepared, so never finished: it leaves the books here.
@@ -2410,8 +2407,7 @@ static __always_inline void prism_dispatch_out(struct prism_data *pd,
  * up to date, then the tier, the flow and the request chosen and charged.
  * Out of line, so that the lanes' path (prism_dispatch_request()) keeps
  * its frame small. Called with the lock held; NULL if nothing may go now,
- * else the request, with chosen_direct and chosen_now set for
- * prism_dispatch_out().
+ * else the request, with chosen_now set for prism_dispatch_out().
  */
 static noinline struct request *prism_dispatch_choose(struct prism_data *pd,
 						       struct blk_mq_hw_ctx *hctx)
@@ -2468,7 +2464,6 @@ static noinline struct request *prism_dispatch_choose(struct prism_data *pd,
 	/* Again: a change of order spills the lane onto the flows. */
 	rq = list_first_entry_or_null(&pd->direct, struct request, queuelist);
 	if (rq) {
-		pd->chosen_direct = true;
 		pd->chosen_now = now;
 		return rq;
 	}
@@ -2588,7 +2583,6 @@ chosen:
 			now = ktime_get_ns();
 		fl->dispatch_ns = now;
 	}
-	pd->chosen_direct = false;
 	pd->chosen_now = now;
 	return rq;
 }
@@ -2598,7 +2592,6 @@ static struct request *prism_dispatch_request(struct blk_mq_hw_ctx *hctx)
 	struct prism_data *pd = hctx->sched_data;
 	struct request *rq;
 	unsigned long tick;
-	bool direct = false;
 	u64 now = 0;
 
 	spin_lock(&pd->lock);
@@ -2611,16 +2604,14 @@ static struct request *prism_dispatch_request(struct blk_mq_hw_ctx *hctx)
 		tick = jiffies;
 		rq = list_first_entry_or_null(&pd->direct, struct request,
 					      queuelist);
-		direct = true;
 		if (!rq || pd->lane_checked != tick) {
 			rq = prism_dispatch_choose(pd, hctx);
 			if (!rq)
 				goto unlock;
-			direct = pd->chosen_direct;
 			now = pd->chosen_now;
 		}
 	}
-	prism_dispatch_out(pd, hctx->queue, rq, direct, now);
+	prism_dispatch_out(pd, hctx->queue, rq, now);
 unlock:
 	spin_unlock(&pd->lock);
 	return rq;
