@@ -592,7 +592,8 @@ static struct prism_flow *prism_flow_find(struct prism_data *pd, u32 key)
 	for (i = 0; i < PRISM_FLOW_PROBE; i++) {
 		struct prism_flow *fl = &pd->flows[(h + i) & (PRISM_NR_FLOWS - 1)];
 
-		if (READ_ONCE(fl->key) == key)
+		/* Pairs with prism_flow_reset()'s release. */
+		if (smp_load_acquire(&fl->key) == key)
 			return fl;
 	}
 	return NULL;
@@ -633,8 +634,11 @@ static void prism_flow_reset(struct prism_data *pd, struct prism_flow *fl,
 		strscpy(fl->comm, current->comm, sizeof(fl->comm));
 	else
 		strscpy(fl->comm, id ? "?" : "(shared)", sizeof(fl->comm));
-	/* Published last: a lockless reader matching it sees it reset. */
-	WRITE_ONCE(fl->key, key);
+	/*
+	 * Published last, with release: a lockless reader that matches the
+	 * key (prism_flow_find()) sees the slot reset, on every architecture.
+	 */
+	smp_store_release(&fl->key, key);
 }
 
 /* Whether the slot's flow may be forgotten; see PRISM_FLOW_SLOTS. */
@@ -949,6 +953,18 @@ static noinline void prism_lane_spill(struct prism_data *pd)
 }
 
 /*
+ * Closed at once, not at the next dispatch's look (prism_dispatch_choose()):
+ * a closed lane holds nothing, since dispatch serves the lane without
+ * asking what closed it (a rate cap, sector order).
+ */
+static void prism_lane_close(struct prism_data *pd)
+{
+	pd->lane_off = true;
+	if (pd->nr_direct)
+		prism_lane_spill(pd);
+}
+
+/*
  * The cost model in force, from the tunables and the media; whenever
  * either changes. Coefficients set to 0 take the media's defaults.
  */
@@ -1067,9 +1083,7 @@ static noinline void prism_order_changed(struct prism_data *pd,
 	pd->sorted = sorted;
 	if (!sorted)
 		return;	/* stale tree entries leave as they are dispatched */
-	pd->lane_off = true;
-	if (pd->nr_direct)
-		prism_lane_spill(pd);	/* sorted below with the rest */
+	prism_lane_close(pd);	/* its requests are sorted below */
 	for (f = 0; f < PRISM_FLOW_SLOTS; f++)
 		for (d = 0; d < PRISM_NR_FIFOS; d++)
 			list_for_each_entry(rq, &pd->flows[f].fifo[d], queuelist)
@@ -3556,10 +3570,8 @@ static ssize_t prism_attr_store(struct elevator_queue *e, const char *page,
 	 * in review; no test produces it: the lane admits only what the
 	 * device takes at once, so a request stays on it for microseconds).
 	 */
-	pd->lane_off = true;
+	prism_lane_close(pd);
 	pd->lane_checked = jiffies - 1;
-	if (pd->nr_direct)
-		prism_lane_spill(pd);
 	prism_model_update(pd);
 	if (id == PRISM_ATTR_FRONT_MERGES)
 		WRITE_ONCE(pd->front_merges, val);
