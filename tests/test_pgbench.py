@@ -87,7 +87,7 @@ def test_report_of_pgbench_runs(tmp_path):
             "workloads": ["pgbench_alone", "pgbench_backup"], "schedulers": ["none", "prism"]}
     report.write_all(tmp_path, "test", plan, runs)
     md = (tmp_path / "report.md").read_text()
-    assert "| scheduler | TPS | P50 | P95 | P99 | P99 / alone | backup MB/s |" in md
+    assert "| scheduler | TPS | P50 | P95 | P99 | P99 / alone | backup MiB/s |" in md
     # 10 TPS; P99 twice alone's (2000 + i vs 1000 + i us); 100 MiB in 20 s.
     assert "| prism | 10.0 ± 0.0 |" in md and "| 5.0 ± 0.0 |" in md
     iso = [line for line in md.splitlines() if line.startswith("| pgbench_backup | pgbench isol")]

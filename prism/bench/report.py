@@ -364,7 +364,7 @@ def report_md(out: Path, command: str, plan: dict, runs: list[dict],
             w = WORKLOADS.get(workload)
             lines += [f"## {workload} ({kernel})", "",
                       (f"Seed {w.seed}: {w.description}." if w else ""), "",
-                      "| scheduler | job | class | IOPS | MB/s | mean latency | P99 | P99.9 "
+                      "| scheduler | job | class | IOPS | MiB/s | mean latency | P99 | P99.9 "
                       "| sys CPU % | worst second IOPS | isolation (P99 / alone) |",
                       "|---|---|---|---|---|---|---|---|---|---|---|"]
             classes = {j["job"]: prio_label(j) for r in runs if r["workload"] == workload
@@ -468,7 +468,7 @@ def pgbench_table(rows: list[dict], w) -> list[str]:
     what ran beside them."""
     lines = ["Transactions (from pgbench's per-transaction log; latency in ms):", "",
              "| scheduler | TPS | P50 | P95 | P99 | P99 / alone |"
-             + (f" {w.low_job} MB/s |" if w.low_job else ""),
+             + (f" {w.low_job} MiB/s |" if w.low_job else ""),
              "|---|---|---|---|---|---|" + ("---|" if w.low_job else "")]
     for sched in dict.fromkeys(s["scheduler"] for s in rows):
         mine = {s["job"]: s["metrics"] for s in rows if s["scheduler"] == sched}
@@ -521,9 +521,9 @@ def overview_table(summaries: list[dict], kernel: str) -> list[str]:
             row(f"{w.high_job} isolation ({what} / alone)", workload, w.high_job,
                 "isolation_ratio", 1, 2)
         if w.high_job and w.family:
-            row(f"{w.high_job} MB/s", workload, w.high_job, "bw_kib", 1024, 1)
+            row(f"{w.high_job} MiB/s", workload, w.high_job, "bw_kib", 1024, 1)
         if w.low_job:
-            row(f"{w.low_job} MB/s", workload, w.low_job, "bw_kib", 1024, 1)
+            row(f"{w.low_job} MiB/s", workload, w.low_job, "bw_kib", 1024, 1)
         if w.share:
             row("mean deviation from ideal shares (%)", workload, jobs[0], "share_mean_dev",
                 0.01, 0)
@@ -826,7 +826,7 @@ def lateness_lines(runs: list[dict]) -> list[str]:
 def family_tables(summaries: list[dict]) -> list[str]:
     """For a family of workloads varying one parameter (token_*): the high
     job's throughput under each, and its spread (standard deviation of the
-    per-workload means, MB/s) per scheduler: seed 002's isolation figure."""
+    per-workload means, MiB/s) per scheduler: seed 002's isolation figure."""
     lines = []
     families = {w.family for w in WORKLOADS.values() if w.family}
     for fam in sorted(families):
@@ -839,9 +839,9 @@ def family_tables(summaries: list[dict]) -> list[str]:
             if len(present) < 2:
                 continue
             job = members[0].high_job
-            lines += [f"## {fam} family ({kernel}): {job} throughput in MB/s", "",
+            lines += [f"## {fam} family ({kernel}): {job} throughput in MiB/s", "",
                       "| scheduler | " + " | ".join(w.name for w in present)
-                      + " | spread (sd, MB/s) |", "|---|" + "---|" * (len(present) + 1)]
+                      + " | spread (sd, MiB/s) |", "|---|" + "---|" * (len(present) + 1)]
             for sched in dict.fromkeys(k[1] for k in rows):
                 means = [rows[(w.name, sched)]["metrics"]["bw_kib"]["mean"] / 1024
                          for w in present if (w.name, sched) in rows]
