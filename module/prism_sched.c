@@ -2440,9 +2440,9 @@ static noinline struct request *prism_dispatch_choose(struct prism_data *pd,
 	/*
 	 * What follows, which only moves with time, the tunables or the
 	 * media, is brought up to date once a jiffy while the lane is served
-	 * (prism_dispatch_request()): lane_off decides inserts only, and what
-	 * closes the lane at once closes it where it happens
-	 * (prism_note_weight(), the tunables' store).
+	 * (prism_dispatch_request()): what closes the lane at once closes it
+	 * where it happens (prism_note_weight(), the tunables' store), what
+	 * closes it with time is found here.
 	 */
 	tick = jiffies;
 	prism_update_order(pd, q);
@@ -2474,8 +2474,15 @@ static noinline struct request *prism_dispatch_choose(struct prism_data *pd,
 				      pd->depth.limit, pd->depth.duty, depth,
 				      pd->rate_capped || pd->fair_capped);
 	pd->lane_checked = tick;
+	/*
+	 * Closed since its requests took it (a rate cap, a depth limit, a
+	 * flow window that came with time): they are chosen with the rest,
+	 * as prism_lane_close() would have left them.
+	 */
+	if (pd->lane_off && pd->nr_direct)
+		prism_lane_spill(pd);
 
-	/* Again: a change of order spills the lane onto the flows. */
+	/* Whatever the lane still holds goes first, as it came. */
 	rq = list_first_entry_or_null(&pd->direct, struct request, queuelist);
 	if (rq) {
 		pd->chosen_now = now;
