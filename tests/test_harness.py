@@ -278,14 +278,39 @@ def test_blktests_summary_counts_only_prism_failures_against_prism():
 
     doc = {"results": {
         "block/003": {"status": "pass"},
+        "block/017": {"status": "pass", "flaky": "diskstats 1"},
         "block/005": {"status": "fail", "without_prism": "pass", "prism_failure": True},
         "block/038": {"status": "fail", "without_prism": "fail", "prism_failure": False},
         "block/014": {"status": "not run", "reason": "no timeout parameter"}}}
     s = blktests.summary(doc)
     assert s["passed"] == ["block/003"]
+    assert s["flaky"] == ["block/017"]
     assert s["failed"] == ["block/005"]
     assert s["failed_elsewhere"] == ["block/038"]
     assert s["not_run"] == ["block/014: no timeout parameter"]
+
+
+def test_blktests_failure_is_prisms_only_if_it_fails_twice_and_not_without():
+    """A failure that passes when run again with prism is flaky (017 times
+    itself against the emulated CPU); one that fails twice is prism's
+    unless it fails without prism too."""
+    from prism.guest import blktests
+
+    def fail(detail):
+        return {"status": "fail", "device": "nodev", "detail": detail}
+
+    first = {"block/003": {"status": "pass", "device": "vda"},
+             "block/017": fail("diskstats 1"), "block/005": fail("hang"),
+             "block/038": fail("no such thing")}
+    again = {"block/017": {"status": "pass", "device": "nodev"},
+             "block/005": fail("hang"), "block/038": fail("no such thing")}
+    without = {"block/005": {"status": "pass"}, "block/038": fail("no such thing")}
+    blktests.attribute(first, again, without)
+    assert first["block/003"] == {"status": "pass", "device": "vda"}
+    assert first["block/017"] == {"status": "pass", "device": "nodev", "flaky": "diskstats 1"}
+    assert first["block/005"]["prism_failure"] is True
+    assert first["block/005"]["without_prism"] == "pass"
+    assert first["block/038"]["prism_failure"] is False
 
 
 def test_blktests_missing_says_how_to_get_it(monkeypatch, tmp_path):

@@ -83,12 +83,13 @@ def copy_to(built: Path, rundir: Path) -> Path:
 
 
 def summary(doc: dict) -> dict[str, list[str]]:
-    """Tests by outcome: passed, failed (prism's), failed_elsewhere, not_run."""
-    out: dict[str, list[str]] = {"passed": [], "failed": [], "failed_elsewhere": [],
-                                 "not_run": []}
+    """Tests by outcome: passed, flaky (passed, but only when run again),
+    failed (prism's), failed_elsewhere, not_run."""
+    out: dict[str, list[str]] = {"passed": [], "flaky": [], "failed": [],
+                                 "failed_elsewhere": [], "not_run": []}
     for t, r in sorted(doc.get("results", {}).items()):
         if r["status"] == "pass":
-            out["passed"].append(t)
+            out["flaky" if r.get("flaky") else "passed"].append(t)
         elif r["status"] == "fail":
             out["failed" if r.get("prism_failure") else "failed_elsewhere"].append(t)
         else:
