@@ -2066,10 +2066,12 @@ CHECKS = [
 # test suite runs them on the newest kernel only (--skip), to keep CI short.
 # Everything that exercises the request lifecycle (verify, switching,
 # requeue, discard, flush routing, tag depths, removal) runs on every kernel.
+# rate_cap too is the policy's arithmetic: its timer runs the queue as the
+# anticipation window's does, which anticipation_hdd exercises on every kernel.
 SAME_ON_EVERY_KERNEL = ["drive_hdd", "cost_learn_hdd", "sync_chain_hdd", "priority_latency_nvme",
                         "priority_latency", "share", "flows_greedy",
                         "flow_shares", "flow_idle_hdd", "flow_idle_queueing", "fair_depth",
-                        "flow_idle_flash", "aging", "share_sweep"]
+                        "flow_idle_flash", "aging", "share_sweep", "rate_cap"]
 
 
 def setup() -> dict:
