@@ -2470,17 +2470,18 @@ static noinline struct request *prism_dispatch_choose(struct prism_data *pd,
 				 prism_inflight(&pd->tier[PRISM_NORMAL]),
 				 prism_tiers_contend(pd));
 	}
-	pd->lane_off = prism_lane_off(pd->sorted, flow_window, differ,
-				      pd->depth.limit, pd->depth.duty, depth,
-				      pd->rate_capped || pd->fair_capped);
-	pd->lane_checked = tick;
 	/*
-	 * Closed since its requests took it (a rate cap, a depth limit, a
-	 * flow window that came with time): they are chosen with the rest,
-	 * as prism_lane_close() would have left them.
+	 * Closed by something that came with time (a rate cap, a depth
+	 * limit, a flow window): what the lane holds is chosen with the rest,
+	 * as where the tunables or the order close it.
 	 */
-	if (pd->lane_off && pd->nr_direct)
-		prism_lane_spill(pd);
+	if (prism_lane_off(pd->sorted, flow_window, differ, pd->depth.limit,
+			   pd->depth.duty, depth,
+			   pd->rate_capped || pd->fair_capped))
+		prism_lane_close(pd);
+	else
+		pd->lane_off = false;
+	pd->lane_checked = tick;
 
 	/* Whatever the lane still holds goes first, as it came. */
 	rq = list_first_entry_or_null(&pd->direct, struct request, queuelist);
