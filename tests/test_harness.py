@@ -305,7 +305,8 @@ def test_blktests_failure_is_prisms_only_if_it_fails_twice_and_not_without():
     again = {"block/017": {"status": "pass", "device": "nodev"},
              "block/005": fail("hang"), "block/038": fail("no such thing")}
     without = {"block/005": {"status": "pass"}, "block/038": fail("no such thing")}
-    blktests.attribute(first, again, without)
+    assert blktests.mark_flaky(first, again) == ["block/005", "block/038"]
+    blktests.blame(first, without)
     assert first["block/003"] == {"status": "pass", "device": "vda"}
     assert first["block/017"] == {"status": "pass", "device": "nodev", "flaky": "diskstats 1"}
     assert first["block/005"]["prism_failure"] is True

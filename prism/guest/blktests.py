@@ -129,23 +129,30 @@ def run_check(root: Path, tests: list[str], log: Path) -> dict[str, dict]:
     return results
 
 
-def attribute(first: dict[str, dict], again: dict[str, dict],
-              without: dict[str, dict]) -> None:
-    """Whose failure each failed test of @first is, in place, from its
-    second run with prism (@again) and its run without prism (@without).
-    Passing the second time makes it a pass that was flaky (its first
-    failure kept); failing both times it is prism's unless it fails
-    without prism too."""
+def mark_flaky(first: dict[str, dict], again: dict[str, dict]) -> list[str]:
+    """The failed tests of @first that passed when run again with prism
+    (@again) become, in place, passes that were flaky (their first
+    failure kept); returns those that failed again."""
+    still = []
     for t, r in first.items():
         if r["status"] != "fail":
             continue
         if again.get(t, {}).get("status") == "pass":
             r["status"] = "pass"
             r["flaky"] = r.pop("detail", "") or r.get("reason", "failed once")
-            continue
-        r["without_prism"] = without.get(t, {}).get("status", "unknown")
-        # Excused only if it fails the same way without prism.
-        r["prism_failure"] = r["without_prism"] != "fail"
+        else:
+            still.append(t)
+    return still
+
+
+def blame(first: dict[str, dict], without: dict[str, dict]) -> None:
+    """Whose failure each test still failing in @first is, in place, from
+    its run without prism (@without)."""
+    for t, r in first.items():
+        if r["status"] == "fail":
+            r["without_prism"] = without.get(t, {}).get("status", "unknown")
+            # Excused only if it fails the same way without prism.
+            r["prism_failure"] = r["without_prism"] != "fail"
 
 
 def guest_main(argv=None) -> int:
@@ -180,7 +187,7 @@ def guest_main(argv=None) -> int:
     if failed:
         g.log(f"running once more with prism: {' '.join(failed)}")
         again = run_check(root, failed, log)
-    still = [t for t in failed if again.get(t, {}).get("status") != "pass"]
+    still = mark_flaky(with_prism, again)
     if still:
         # Again with prism gone from every queue and unloaded.
         for d in g.SYS_BLOCK.iterdir():
@@ -189,7 +196,7 @@ def guest_main(argv=None) -> int:
         g.unload_prism()
         g.log(f"rerunning without prism: {' '.join(still)}")
         without = run_check(root, still, log)
-    attribute(with_prism, again, without)
+    blame(with_prism, without)
     doc = {"tests": tests, "scratch": scratch, "results": with_prism}
     Path(args.out).write_text(json.dumps(doc, indent=1))
     for t, r in sorted(with_prism.items()):
