@@ -456,6 +456,19 @@ static inline void prism_queued_add(struct prism_data *pd, int delta)
 		WRITE_ONCE(pd->nr_capped, 0);
 }
 
+/*
+ * The queue is freezing (an elevator switch, an nr_requests store, a
+ * change of hardware queues) or dying (del_gendisk()): both kill its
+ * usage counter, then run the queue once and wait for every request to
+ * complete. Nothing may be held back from then on, by a hold or a rate
+ * cap: the freeze would wait for it (a 1 MiB read under a 1 KiB/s cap
+ * holds about 1,000 s). A lockless hint: the kill comes before that run.
+ */
+static inline bool prism_draining(struct request_queue *q)
+{
+	return percpu_ref_is_dying(&q->q_usage_counter);
+}
+
 static inline unsigned long prism_rq_state(struct request *rq)
 {
 	return (unsigned long)rq->elv.priv[0];
@@ -2417,6 +2430,39 @@ static __always_inline void prism_dispatch_out(struct prism_data *pd,
 }
 
 /*
+ * The queue drains (prism_draining()): the first list with requests of
+ * the first backlogged flow of the highest tier that has any, past every
+ * hold and cap, so that a freeze waits for the device alone. Returns the
+ * flow, with @c filled in, or NULL if no flow has requests queued.
+ */
+static noinline struct prism_flow *prism_drain_choice(struct prism_data *pd,
+						      struct prism_choice *c)
+{
+	struct prism_flow *fl;
+	int t, d;
+
+	for (t = 0; t < PRISM_NR_TIERS && !tq_queued(&pd->tier[t]); t++)
+		;
+	if (t == PRISM_NR_TIERS)
+		return NULL;
+	fl = list_first_entry_or_null(&pd->tier[t].active, struct prism_flow,
+				      active);
+	if (!fl)
+		return NULL;
+	for (d = 0; d < PRISM_NR_FIFOS && !fl->queued[d]; d++)
+		;
+	if (d == PRISM_NR_FIFOS)
+		return NULL;
+	prism_batch_reset(&pd->batch);
+	c->tier = t;
+	c->flow = prism_flow_slot(pd, fl);
+	c->dir = d;
+	c->take = PRISM_TAKE_FIFO;
+	prism_choice_plain(c);
+	return fl;
+}
+
+/*
  * Dispatch by choice: the order and the state that moves with time brought
  * up to date, then the tier, the flow and the request chosen and charged.
  * Out of line, so that the lanes' path (prism_dispatch_request()) keeps
@@ -2434,7 +2480,7 @@ static noinline struct request *prism_dispatch_choose(struct prism_data *pd,
 	u64 now = 0, flow_window, cost;
 	u32 queued_tiers = 0, depth;
 	unsigned long tick;
-	bool differ;
+	bool differ, drain = false;
 	int t;
 
 	/*
@@ -2488,6 +2534,15 @@ static noinline struct request *prism_dispatch_choose(struct prism_data *pd,
 	if (rq) {
 		pd->chosen_now = now;
 		return rq;
+	}
+
+	if (unlikely(prism_draining(q))) {
+		fl = prism_drain_choice(pd, &c);
+		if (fl) {
+			drain = true;
+			queued_tiers = BIT(c.tier);
+			goto chosen;
+		}
 	}
 
 	/*
@@ -2598,7 +2653,11 @@ chosen:
 	cost = prism_flow_served(pd, tun, fl, rq);
 	prism_fq_charge(&pd->tier[fl->tier].fq, &fl->fq, cost);
 	prism_account(&pd->batch, tun, queued_tiers, &c, cost);
-	if (tun->rate_kbps[c.tier])
+	/*
+	 * Not while draining: a tier must not owe, once a freeze is over,
+	 * for what the freeze took.
+	 */
+	if (tun->rate_kbps[c.tier] && !drain)
 		prism_bucket_charge(&pd->tier[c.tier].bucket, cost);
 	if (pd->flow_window) {
 		if (!now)
@@ -2639,12 +2698,19 @@ unlock:
 	return rq;
 }
 
+/*
+ * Through q->elevator, as mq-deadline, not hctx->sched_data: a timer that
+ * runs the queue between exit_hctx() and exit_sched() still finds it.
+ */
 static bool prism_has_work(struct blk_mq_hw_ctx *hctx)
 {
-	struct prism_data *pd = hctx->sched_data;
+	struct prism_data *pd = hctx->queue->elevator->elevator_data;
+	u32 queued = READ_ONCE(pd->nr_queued);
 
 	/* nr_capped is 0 whenever nr_queued is (prism_queued_add()). */
-	return READ_ONCE(pd->nr_queued) != READ_ONCE(pd->nr_capped);
+	if (likely(queued != READ_ONCE(pd->nr_capped)))
+		return true;
+	return queued && prism_draining(hctx->queue);
 }
 
 /* Whether a tier above @tier is active (prism_tier_active()); lockless. */
@@ -2764,9 +2830,11 @@ static void prism_depth_updated(struct blk_mq_hw_ctx *hctx)
 }
 
 /*
- * sched_data points at the queue's prism_data: has_work(), which the core
- * calls several times per request, and dispatch and insert reach it in
- * one load instead of three. The core clears it after exit_hctx().
+ * sched_data points at the queue's prism_data: dispatch and insert, which
+ * run only between init_hctx() and exit_hctx() (the core quiesces and
+ * freezes the queue around both), reach it in one load instead of three.
+ * has_work() does not rely on it (see there). The core clears it after
+ * exit_hctx().
  */
 static int prism_init_hctx(struct blk_mq_hw_ctx *hctx, unsigned int idx)
 {

@@ -1971,6 +1971,103 @@ def check_hot_remove(ctx) -> dict:
             "removal_s": round(removed_s, 2), "fio_ended": fio_ended, "device_gone": gone}
 
 
+# How long a freeze may take while prism holds capped requests: the
+# device drains 8 MiB in milliseconds, so seconds are plenty under TCG.
+FREEZE_BOUND_S = 10
+
+
+def capped_freeze(action: str, cap_kbps: int) -> dict:
+    """One run for check_freeze_capped: a fresh null_blk under prism with
+    LOW capped at @cap_kbps, an IDLE reader of 1 MiB requests at iodepth
+    8 (each one ~1000 s of a 1 KiB/s cap), and once prism holds some of
+    them, @action ("switch" to none, store "nr_requests", "power_off"),
+    timed. A freeze waits for every request to complete; one that has not
+    ended within FREEZE_BOUND_S is released by lifting the cap (the
+    elevator's sysfs files live until the freeze is over) and fails."""
+    name = f"frz{action[:2]}"
+    dev = g.nullb_configfs(name, depth=8, completion_us=100, size_mb=1024,
+                           memory_backed=False)
+    out: dict = {"action": action, "cap_kbps": cap_kbps}
+    reader = None
+    try:
+        g.set_scheduler(dev, "prism", {"low_rate_kbps": cap_kbps})
+        reader = subprocess.Popen(
+            ["fio", "--name=idle", f"--filename=/dev/{dev}", "--direct=1", "--ioengine=libaio",
+             "--rw=read", "--bs=1m", "--iodepth=8", "--prioclass=3", "--runtime=600",
+             "--time_based=1", "--continue_on_error=all", "--output-format=json"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        held = 0
+        for _ in range(100):
+            held = g.prism_tiers(dev)["low"]["queued"]
+            if held:
+                break
+            time.sleep(0.1)
+        out["low_queued"] = held
+        done = threading.Event()
+        errors: list = []
+
+        def act():
+            try:
+                if action == "switch":
+                    g._write_scheduler(dev, "none")
+                elif action == "nr_requests":
+                    g.write_queue(dev, "nr_requests", 16)
+                else:
+                    (g.CONFIGFS / "nullb" / name / "power").write_text("0\n")
+            except OSError as e:
+                errors.append(repr(e))
+            finally:
+                done.set()
+        t0 = time.monotonic()
+        threading.Thread(target=act, daemon=True).start()
+        out["within_bound"] = done.wait(FREEZE_BOUND_S)
+        if not out["within_bound"]:
+            # Not g.stall_report(): blk-mq's tags files take the queue's
+            # sysfs_lock, which the stalled store holds. prism's own
+            # files take only its lock.
+            # Gone once del_gendisk() has begun.
+            with contextlib.suppress(OSError):
+                out["stalled_low"] = g.prism_tiers(dev)["low"]
+            out["cap_lifted"] = g.write_tunable(dev, "low_rate_kbps", 0) == 0
+            done.wait(120)
+        out["seconds"] = round(time.monotonic() - t0, 2)
+        out["ended"] = done.is_set()
+        out["errors"] = errors
+        if action == "nr_requests":
+            # prism stays: lift the cap, or stopping the reader waits
+            # for the requests it queued since, then check the books.
+            g.write_tunable(dev, "low_rate_kbps", 0)
+    finally:
+        if reader:
+            reader.send_signal(2)
+            out["reader_rc"] = wait_rc(reader, 60)
+        if action == "nr_requests":
+            out["balanced"] = conservation(dev)["balanced"]
+        g.nullb_configfs_remove(name)
+    out["ok"] = (out.get("low_queued", 0) > 0 and out.get("within_bound", False)
+                 and not out.get("errors") and out.get("balanced", True))
+    return out
+
+
+def check_freeze_capped(ctx) -> dict:
+    """Nothing is held back once the queue freezes or dies: with LOW's
+    rate cap at its minimum and capped IDLE requests queued, switching
+    the scheduler away, storing nr_requests (both freeze the queue) and
+    powering the device off (which marks it dying) each end within
+    FREEZE_BOUND_S. Without that, has_work() said there was no work while
+    only capped requests waited, the freeze's own queue run did nothing,
+    and each request waited for its bucket (~1000 s a 1 MiB read).
+
+    Powering off removes the elevator's sysfs files before it waits for
+    the freeze (del_gendisk()), so no lifted cap can release a stall
+    there: that run caps LOW at 200 KiB/s (about 5 s a 1 MiB read, 40 s
+    for the backlog: still four times the bound, yet a regression costs
+    the suite under a minute rather than hours)."""
+    runs = [capped_freeze("switch", 1), capped_freeze("nr_requests", 1),
+            capped_freeze("power_off", 200)]
+    return {"ok": all(r["ok"] for r in runs), "bound_s": FREEZE_BOUND_S, "runs": runs}
+
+
 def check_queue_changes_under_load(ctx) -> dict:
     """nr_requests and the rotational flag changed every 0.3 s while a
     verifying fio runs under prism (nr_requests freezes the queue and
@@ -2056,6 +2153,7 @@ CHECKS = [
     ("requeue", check_requeue),
     ("shared_tags", check_shared_tags),
     ("hot_remove", check_hot_remove),
+    ("freeze_capped", check_freeze_capped),
     ("queue_changes_under_load", check_queue_changes_under_load),
     ("unload", check_unload),
 ]
