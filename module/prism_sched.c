@@ -426,7 +426,7 @@ struct prism_data {
 	 */
 	u32 flow_frac;
 	bool writeback_low;	/* the tunable, for limit_depth()'s fast path */
-	u32 device_depth;	/* prism_device_depth(), set at init */
+	u32 device_depth;	/* prism_device_depth(), under the lock */
 
 	/*
 	 * Latency histograms (debugfs "latency"), per tier and direction, in
@@ -1244,14 +1244,24 @@ static unsigned long prism_first_insert(struct prism_data *pd,
 }
 
 /*
- * Requests the driver accepts at once, over all hardware queues. Fixed
- * for the elevator's life (a change of hardware queues switches the
- * elevator off and on again), so init_sched() keeps it in
- * pd->device_depth, which the per-request paths read.
+ * Requests the device serves at once: the queue's depth where the driver
+ * sets one (SCSI: the LUN's, which may be far below its host's tags),
+ * else the tag set's depth per hardware queue. Not times the hardware
+ * queues: a drive's 64 NVMe queues of 1,023 tags are one drive, not
+ * 65,000 slots; tags shared by the hardware queues or the LUNs of a host
+ * are one set, counted once. Not blk_queue_depth(), which falls back to
+ * nr_requests, the scheduler's tags. A driver may change the queue's
+ * depth at any time (SCSI's queue_depth attribute): dispatch reads it
+ * again once a jiffy into pd->device_depth, which the per-request paths
+ * read, and debugfs "flight" shows.
  */
 static u32 prism_device_depth(struct request_queue *q)
 {
-	return q->tag_set->queue_depth * q->nr_hw_queues;
+	u32 depth = READ_ONCE(q->queue_depth);
+
+	if (!depth)
+		depth = q->tag_set->queue_depth;
+	return depth ? depth : 1;
 }
 
 /*
@@ -2501,7 +2511,9 @@ static noinline struct request *prism_dispatch_choose(struct prism_data *pd,
 	if (tun->cost_auto &&
 	    time_after_eq(jiffies, pd->learn_folded + PRISM_LEARN_FOLD))
 		prism_learn_fold(pd);
-	depth = pd->device_depth;
+	depth = prism_device_depth(q);
+	if (unlikely(depth != pd->device_depth))
+		WRITE_ONCE(pd->device_depth, depth);
 	if (atomic64_read(&pd->lat.all) || atomic64_read(&pd->lat.solo) ||
 	    atomic64_read(&pd->lat.bulk)) {
 		now = ktime_get_ns();

@@ -2068,6 +2068,37 @@ def check_freeze_capped(ctx) -> dict:
     return {"ok": all(r["ok"] for r in runs), "bound_s": FREEZE_BOUND_S, "runs": runs}
 
 
+def driver_tags(dev: str) -> list[int]:
+    """nr_tags of each hardware queue of @dev, from blk-mq's debugfs."""
+    g.mount_debugfs()
+    out = []
+    for hctx in sorted((g.DEBUGFS / "block" / dev).glob("hctx*")):
+        kv = dict(line.split("=", 1) for line in (hctx / "tags").read_text().split()
+                  if "=" in line)
+        out.append(int(kv["nr_tags"]))
+    return out
+
+
+def check_device_depth(ctx) -> dict:
+    """prism takes the device's depth as what one hardware queue takes
+    (no driver here sets a queue depth of its own, as SCSI does), not as
+    that times the hardware queues: on QEMU's NVMe with two queues, the
+    in-flight limiter and the direct lane work from one queue's tags, as
+    debugfs "flight" shows (v2 counted 2 x 1,023)."""
+    out = {}
+    for key in ("nvme", "nullb_tags"):
+        dev = ctx[key]
+        g.set_scheduler(dev, "prism")
+        g.sh(f"dd if=/dev/{dev} of=/dev/null bs=4k count=10 iflag=direct")
+        tags = driver_tags(dev)
+        out[key] = {"hctx_tags": tags, "device_depth": g.prism_flight(dev)["device_depth"]}
+        g.set_scheduler(dev, "none")
+    nvme = out["nvme"]
+    ok = (len(nvme["hctx_tags"]) >= 2 and nvme["device_depth"] == nvme["hctx_tags"][0]
+          and out["nullb_tags"]["device_depth"] == out["nullb_tags"]["hctx_tags"][0])
+    return {"ok": ok, **out}
+
+
 def check_queue_changes_under_load(ctx) -> dict:
     """nr_requests and the rotational flag changed every 0.3 s while a
     verifying fio runs under prism (nr_requests freezes the queue and
@@ -2154,6 +2185,7 @@ CHECKS = [
     ("shared_tags", check_shared_tags),
     ("hot_remove", check_hot_remove),
     ("freeze_capped", check_freeze_capped),
+    ("device_depth", check_device_depth),
     ("queue_changes_under_load", check_queue_changes_under_load),
     ("unload", check_unload),
 ]
