@@ -800,6 +800,19 @@ static struct request *prism_sorted_from(struct rb_root *root, sector_t pos)
 }
 
 /*
+ * Something that closes the direct lane changed where the lane's requests
+ * cannot be spilled at once (a spill re-queues them, which calls back
+ * here): no request takes the lane from now, and the next dispatch looks
+ * again (prism_dispatch_choose()) rather than serving the lane as it
+ * came, uncharged, for the rest of the jiffy.
+ */
+static inline void prism_lane_recheck(struct prism_data *pd)
+{
+	pd->lane_off = true;
+	pd->lane_checked = jiffies - 1;
+}
+
+/*
  * Flow @slot of @weight becomes backlogged in @tq: if the flow that did
  * so before it there weighs otherwise, weights differ in the tier (see
  * prism_weights_differed()). Flows issuing one request at a time on a
@@ -814,7 +827,7 @@ static void prism_note_weight(struct prism_data *pd,
 		return;
 	if (tq->last_flow >= 0 && tq->last_weight != weight) {
 		pd->weights_seen = jiffies;
-		pd->lane_off = true;	/* at once: see prism_lane_off() */
+		prism_lane_recheck(pd);
 	}
 	tq->last_flow = slot;
 	tq->last_weight = weight;
@@ -2190,7 +2203,7 @@ static noinline u32 prism_tier_fair_cap_fold(struct prism_data *pd,
 	prism_set_fair_cap(pd, tier, prism_fair_cap(cap, depth, tun));
 	tq->fair_seen = jiffies;
 	if (tq->fair_cap)
-		pd->lane_off = true;	/* until the next dispatch sees it */
+		prism_lane_recheck(pd);
 	return tq->fair_cap;
 }
 
@@ -2596,7 +2609,9 @@ turn:
 				     waited && waited->tier == c.tier ? waited :
 									NULL);
 		if (WARN_ON_ONCE(!fl)) {
+			/* Run again at the next completion, not in 3 ms. */
 			prism_batch_reset(&pd->batch);
+			prism_mark_restart(hctx);
 			return NULL;
 		}
 		c.flow = prism_flow_slot(pd, fl);
@@ -2617,6 +2632,7 @@ chosen:
 	if (WARN_ON_ONCE(!rq)) {
 		/* The view said queued; the lists disagree. Start afresh. */
 		prism_batch_reset(&pd->batch);
+		prism_mark_restart(hctx);
 		return NULL;
 	}
 	/*
