@@ -28,6 +28,7 @@ from .bench import plan
 from .common import workloads
 from .common.errors import PrismError, Terminated, UsageError
 from .drives import diskmodel, nbd
+from .guest import selftest
 from .guest.system import NVME_SERIAL, VIRTIO_SERIAL
 from .host import blktests, build, insnprof, kernels, pgimage, vm
 
@@ -194,6 +195,41 @@ def cmd_selftest(args) -> int:
         for name, r in results.items():
             kernels.log(f"{k.series} {name}: {'ok' if r.get('ok') else 'FAILED'}")
         if res.returncode != 0 or not clean or not results:
+            status = 1
+    return status
+
+
+def cmd_stress(args) -> int:
+    """selftest's stress check for many seeds (CI runs two), one boot per
+    kernel: each seed's stores, slowest store, jobs and books."""
+    try:
+        seeds = selftest.parse_seeds(args.seeds)
+    except ValueError:
+        raise UsageError(f"--seeds {args.seeds!r}: N, N-M or a comma list") from None
+    if not seeds or args.seconds < 1:
+        raise UsageError("--seeds names no seed, or --seconds is below 1")
+    # A seed takes its seconds, its drain and a file system made.
+    args.timeout = max(args.timeout, 300 + len(seeds) * (args.seconds + 90))
+    status = 0
+    for k in _kernels(args.kernel):
+        args.device = "selftest"
+        res = _run_vm(k, "python3 -m prism.guest.selftest --only stress --out results.json "
+                         f"--stress-seeds {args.seeds} --stress-seconds {args.seconds}", args)
+        clean = _report_log(res)
+        out = res.rundir / "results.json"
+        stress = (json.loads(out.read_text()) if out.exists() else {}).get("stress", {})
+        for r in stress.get("rounds", []):
+            slow = r["slowest_store"]
+            kernels.log(f"{k.series} seed {r['seed']}: {'ok' if r['ok'] else 'FAILED'}: "
+                        f"{r['stores']} stores ({r['switches']} switches, {r['refused']} "
+                        f"refused), slowest {slow['s']} s ({slow['what']}), drain "
+                        f"{r['drain_s']} s")
+            if not r["ok"]:
+                why = {x: r[x] for x in ("jobs", "wrong_answers", "balanced")}
+                kernels.log(f"  {json.dumps(why)}")
+        if "error" in stress:
+            kernels.log(f"{k.series}: {stress['error'][-2000:]}")
+        if res.returncode != 0 or not clean or not stress.get("ok"):
             status = 1
     return status
 
@@ -385,6 +421,15 @@ def parser() -> argparse.ArgumentParser:
                         "emulated HDD; cloud: the cloud volume's checks, in a boot of its own "
                         "(its queue depth cannot share a boot with the HDD's)")
     p.set_defaults(func=cmd_selftest)
+
+    p = sub.add_parser("stress", help="the stress check for many seeds: random tunables, "
+                       "queue changes and switches under verified load (one boot per kernel)")
+    _vm_options(p)
+    p.add_argument("--seeds", default="1-10", help="N, N-M or a comma list (default 1-10; "
+                   "the test suite runs 1,2)")
+    p.add_argument("--seconds", type=int, default=20,
+                   help="seconds of stores per seed (default 20)")
+    p.set_defaults(func=cmd_stress)
 
     p = sub.add_parser("bench", help="benchmarks: prism bench run ..., prism bench list")
     bsub = p.add_subparsers(dest="bench_cmd", required=True)
