@@ -12,7 +12,7 @@ from pathlib import Path
 import dkmstool
 import pytest
 
-from prism.host import kernels
+from prism.host import build, kernels
 
 REPO = Path(__file__).resolve().parent.parent
 VERSION = (REPO / "module" / "VERSION").read_text().strip()
@@ -42,7 +42,7 @@ def test_package_holds_the_source_and_the_rules(deb):
                            text=True).stdout
     src = f"./usr/src/prism-iosched-{VERSION}/"
     for name in ("dkms.conf", "Makefile", "Kbuild", "VERSION", "find-block-dir.sh",
-                 "prism_sched.c", "prism_policy.c", "prism_policy.h", "prism_compat.h"):
+                 *build.MODULE_FILES):
         assert src + name in files, name
     for rules in ("60-prism-rotational.rules", "60-prism-nonrotational.rules",
                   "60-prism-all.rules"):

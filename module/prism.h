@@ -1,0 +1,469 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * prism's mechanism, as its files share it: the per-request state, the
+ * per-queue data (tiers, flows, the in-flight control's state) and the
+ * small helpers the files read it with. prism_sched.c holds the elevator
+ * operations, the request lifecycle, dispatch and the in-flight control;
+ * prism_sysfs.c the tunables; prism_debugfs.c what debugfs shows. The
+ * decisions are prism_policy.c's; prism_compat.h holds what differs
+ * between kernels. Locking is described at the top of prism_sched.c.
+ */
+#ifndef _PRISM_H
+#define _PRISM_H
+
+#include <linux/kernel.h>
+#include <linux/blkdev.h>
+#include <linux/blk-mq.h>
+#include <linux/bio.h>
+#include <linux/hrtimer.h>
+#include <linux/ioprio.h>
+#include <linux/module.h>
+#include <linux/slab.h>
+#include <linux/rbtree.h>
+#include <linux/timekeeping.h>
+#include <linux/rcupdate.h>
+#include <linux/sbitmap.h>
+#include <linux/sched.h>
+#include <linux/seq_file.h>
+
+#include "elevator.h"
+#include "blk.h"
+#include "blk-mq.h"
+#include "blk-mq-debugfs.h"
+#include "blk-mq-sched.h"
+#include "blk-wbt.h"
+
+#include "prism_compat.h"
+#include "prism_policy.h"
+
+/*
+ * Per-request state in rq->elv.priv[0]: flags and the tier, set when the
+ * request first enters prism; prepare_request() clears it. priv[1] holds
+ * the submitting thread's pid, recorded in prepare_request() where current
+ * is the submitter and read at the first insert only; from dispatch on it
+ * holds the dispatch time (ktime ns, wrapping at the width of a long,
+ * enough for a latency), or 0 if nothing was to read it. Sort-tree
+ * membership is tracked here and never read from rq->rb_node, which
+ * shares a union with the driver's special_vec, so on a request the
+ * driver gave back it may hold anything. Hash membership is the core's
+ * RQF_HASHED flag (the core also hashes a request on its own after a back
+ * merge), which elv_rqhash_del() tests.
+ */
+#define PRISM_RQ_SEEN		BIT(0)	/* counted as inserted once */
+#define PRISM_RQ_QUEUED		BIT(1)	/* on a FIFO or the dispatch list */
+#define PRISM_RQ_AT_HEAD	BIT(2)	/* on the dispatch list */
+#define PRISM_RQ_SEQ		BIT(3)	/* its stream looked sequential */
+#define PRISM_RQ_SORTED		BIT(4)	/* in its tier's sort tree */
+#define PRISM_RQ_SOLO		BIT(5)	/* dispatched with nothing lower in flight */
+#define PRISM_RQ_DISPATCHED	BIT(6)	/* handed to the driver, not back yet */
+#define PRISM_RQ_FOREIGN	BIT(7)	/* never prepared: no finish_request */
+#define PRISM_RQ_IDLE_DEV	BIT(10)	/* LOW, dispatched to an idle device */
+#define PRISM_RQ_TIMED		BIT(11)	/* HIGH or NORMAL, dispatch time stamped */
+#define PRISM_RQ_SYNC_FIFO	BIT(12)	/* a write queued on the sync-write FIFO */
+#define PRISM_RQ_LEARN		BIT(13)	/* timed for the cost learner */
+#define PRISM_RQ_LEARN_SEQ	BIT(14)	/* ... and continued the device's last */
+#define PRISM_RQ_DIRECT		BIT(15)	/* on the direct lane */
+#define PRISM_RQ_TIER_SHIFT	8
+#define PRISM_RQ_TIER_MASK	(3UL << PRISM_RQ_TIER_SHIFT)
+#define PRISM_RQ_FLOW_SHIFT	16	/* its flow's slot, 8 bits */
+#define PRISM_RQ_FLOW_MASK	(0xffUL << PRISM_RQ_FLOW_SHIFT)
+/*
+ * A request timed for the learner keeps its size in the state's upper
+ * half, since a driver's completion may have zeroed it by
+ * finish_request(); its dispatch time is in priv[1], in ns. Only where a
+ * long has that half and holds a ktime; elsewhere cost_model=auto learns
+ * nothing.
+ */
+#if BITS_PER_LONG == 64
+#define PRISM_CAN_LEARN		1
+#define PRISM_RQ_KIB_SHIFT	32	/* size in KiB, at most 4096: 13 bits */
+#define PRISM_RQ_KIB_MAX	4096UL
+#define PRISM_RQ_LEARN_MASK	(PRISM_RQ_LEARN | PRISM_RQ_LEARN_SEQ | \
+				 (0x1fffUL << PRISM_RQ_KIB_SHIFT))
+#else
+#define PRISM_CAN_LEARN		0
+#define PRISM_RQ_LEARN_MASK	(PRISM_RQ_LEARN | PRISM_RQ_LEARN_SEQ)
+#endif
+
+extern const char *const prism_tier_name[PRISM_NR_TIERS];
+extern const char *const prism_fifo_name[PRISM_NR_FIFOS];
+
+/*
+ * Flows: the work of one process (thread group) at one tier, each with its
+ * own FIFO lists and sort trees; a tier's backlogged flows share it by
+ * weight in WF2Q+ virtual time (see prism_policy.h). Slots live in a
+ * fixed table per queue, PRISM_NR_FLOWS private ones found by hashing the
+ * (process, tier) key with a short linear probe, and one shared flow per
+ * tier for whatever does not find a slot: memory does not grow with the
+ * processes that ever did I/O, and a full table degrades to sharing. A
+ * slot is given to another flow once its flow owns no request, has been
+ * idle PRISM_FLOW_IDLE_MS, and owes the tier nothing (or has been idle a
+ * second).
+ */
+#define PRISM_FLOW_BITS		6
+#define PRISM_NR_FLOWS		(1U << PRISM_FLOW_BITS)
+#define PRISM_FLOW_SLOTS	(PRISM_NR_FLOWS + PRISM_NR_TIERS)
+#define PRISM_FLOW_PROBE	8
+#define PRISM_FLOW_IDLE_MS	100
+
+struct prism_flow {
+	/*
+	 * (process, tier), see prism_flow_key(); 0 for a free slot and the
+	 * shared flows. Written under the lock, read locklessly by
+	 * limit_depth() with inserted, finished and rt.
+	 */
+	u32 key;
+	u32 id;			/* the process (tgid); 0 for a shared flow */
+	enum prism_tier tier;
+	bool rt;		/* its last request was RT: no tag limit */
+	u16 slot;		/* its index in pd->flows, for good */
+	struct list_head fifo[PRISM_NR_FIFOS];	/* arrival order */
+	struct rb_root sort[PRISM_NR_DIRS];	/* sector order, if sorted */
+	u32 queued[PRISM_NR_FIFOS];		/* on fifo[] */
+	/*
+	 * Where the flow's C-LOOK sweep stands: the end of its last
+	 * dispatched request, per direction; also where its next request
+	 * must start to count as sequential in the cost model.
+	 */
+	sector_t sweep_pos[PRISM_NR_DIRS];
+	struct list_head active;	/* on its tier's backlogged list */
+	struct prism_fq_flow fq;
+	/* Sequential detector, fed by inserts and by bio merges. */
+	struct prism_stream stream;
+
+	u64 inserted;		/* WRITE_ONCE: limit_depth() reads it */
+	atomic64_t finished;	/* completed or merged away */
+	atomic64_t throttled;	/* allocations limited by flow_depth */
+	u64 dispatched;
+	u64 cost;		/* ns of estimated device time served */
+	u64 bytes;
+	unsigned long last_used;	/* jiffies of its last insert */
+	/*
+	 * Idling for the flow (prism_flow_expected()), kept while
+	 * pd->flow_window is set: done_ns, ktime of its last completion, written
+	 * locklessly by finish_request(); the rest under the lock. returning:
+	 * its latest request arrived while it was expected, so it comes back
+	 * to the fair queue where it left (prism_fq_return()). wait_window:
+	 * how long its latest wait may last (prism_flow_idle_window()).
+	 */
+	u64 done_ns;
+	u64 dispatch_ns;
+	u64 wait_window;
+	struct prism_think think;
+	bool returning;
+	char comm[TASK_COMM_LEN];
+};
+
+struct prism_tier_queue {
+	u32 queued[PRISM_NR_FIFOS];		/* on its flows' fifo[] */
+	u32 queued_head;			/* on prism_data.dispatch */
+	struct list_head active;		/* backlogged flows */
+	struct prism_fq fq;
+	u32 fair_cap;		/* its last fair cap (prism_tier_fair_cap()) */
+	unsigned long fair_seen;	/* jiffies it was last computed */
+	/* The flow that last became backlogged (slot, -1: none) and its weight. */
+	int last_flow;
+	u32 last_weight;
+
+	/*
+	 * Statistics, under prism_data.lock except the atomics. inserted is
+	 * also read locklessly by limit_depth() (see prism_owned()), so it is
+	 * written with WRITE_ONCE.
+	 */
+	u64 inserted;
+	u64 requeued;
+	u64 dispatched;
+	u64 merged;
+	u64 aged;
+	u64 shared;
+	u64 expired;
+	u64 foreign;		/* inserted but never prepared (6.1 requeues) */
+	u64 passthrough;	/* inserted passthrough requests (6.1) */
+	u64 direct;		/* dispatched from the direct lane */
+	u64 max_owned;		/* most requests owned at once */
+	u64 started;		/* prepared requests dispatched, less requeued */
+	atomic64_t completed;	/* finished after prism dispatched them */
+	atomic64_t merged_away;	/* finished without, merged into another */
+	unsigned long last_done;	/* jiffies of the last completion or flush seen */
+	/*
+	 * jiffies of the last completion but background writeback's, which
+	 * pacing lets through in the gaps (pick_writeback()) and so must not
+	 * restart them: prism_view_paced().
+	 */
+	unsigned long paced_done;
+	/*
+	 * In-flight control. done_ns: ktime of the last completion, written
+	 * locklessly by finish_request() (HIGH and NORMAL only: nothing waits
+	 * for LOW); think: the think time, under the lock.
+	 */
+	u64 done_ns;
+	struct prism_think think;
+	bool flush_seen;	/* a flush of its chain was in the device */
+	/*
+	 * Its sync-write chain (see prism_chained()). sync_done_ns: ktime of
+	 * its last sync-write completion, written locklessly by
+	 * finish_request() like done_ns, moved forward under the lock while
+	 * a flush that followed it is in the device (chain_flush) and when
+	 * that flush leaves. chain: the gaps from each such time to the next
+	 * request of a tier above LOW, sampled once per completion
+	 * (chain_sampled: the sync_done_ns last sampled), under the lock.
+	 */
+	u64 sync_done_ns;
+	u64 chain_sampled;
+	struct prism_think chain;
+	bool chain_flush;
+	/*
+	 * Its rate cap (rate_kbps), under the lock: the bucket, and how many
+	 * times dispatch found it empty with requests queued.
+	 */
+	struct prism_bucket bucket;
+	u64 throttled;
+};
+
+/*
+ * Device times, summed by finish_request() without the lock and folded
+ * into the depth controller at dispatch: the count in the bits from
+ * PRISM_LAT_COUNT_SHIFT up, microseconds below. HIGH and NORMAL requests
+ * in all or solo, LOW requests dispatched to an idle device in bulk.
+ */
+#define PRISM_LAT_COUNT_SHIFT	44
+#define PRISM_LAT_US_MAX	((1ULL << 32) - 1)
+#define PRISM_LAT_SUM_MASK	((1ULL << PRISM_LAT_COUNT_SHIFT) - 1)
+
+struct prism_lat_acc {
+	atomic64_t all;
+	atomic64_t solo;
+	atomic64_t bulk;	/* LOW, dispatched to an idle device */
+};
+
+struct prism_tun_rcu {
+	struct prism_tunables t;
+	struct rcu_head rcu;
+};
+
+/*
+ * Sums of the learner's points of one kind (see prism_learn_point()),
+ * added where requests complete, without a lock, and taken whole under
+ * it. The count shares a word with the sizes' sum so that the two agree;
+ * a point may reach the other sums one fold late, which the fit's
+ * window does not notice.
+ */
+#define PRISM_LEARN_N_SHIFT	40
+
+struct prism_learn_acc {
+	atomic64_t nx;		/* count << PRISM_LEARN_N_SHIFT | sum of x */
+	atomic64_t y;
+	atomic64_t xx;
+	atomic64_t xy;
+};
+
+/* How often completed points are folded in and the model refit. */
+#define PRISM_LEARN_FOLD	(HZ / 10)
+
+struct prism_data {
+	spinlock_t lock;
+	/*
+	 * Requests on any FIFO or the dispatch list: has_work(), which the
+	 * core calls several times per request, reads this one word instead
+	 * of seven list heads spread over the tiers. nr_capped: of those,
+	 * how many waited in rate-capped tiers when dispatch last found
+	 * nothing else to do; while they are all that is queued there is no
+	 * work until the rate timer (which clears it) or an insert.
+	 */
+	u32 nr_queued;
+	u32 nr_capped;
+	struct list_head dispatch;	/* at-head inserts and requeues */
+	/*
+	 * The direct lane (see prism_lane_allows()): requests queued while
+	 * nothing else was, all of direct_tier, nr_direct of nr_queued,
+	 * served first by dispatch. lane_off: prism_lane_off() as the last
+	 * dispatch found it. lane_spills: the times a request that could
+	 * not take the lane moved the lane's requests onto their flows.
+	 */
+	struct list_head direct;
+	u32 nr_direct;
+	int direct_tier;
+	bool lane_off;
+	unsigned long lane_checked;	/* jiffies lane_off was last computed */
+	u64 chosen_now;	/* the clock prism_dispatch_choose() read, or 0 */
+	u64 lane_spills;
+	bool rate_capped;	/* a rate cap is set (rate_kbps) */
+	u32 fair_capped;	/* tiers with a fair cap in force, by bit */
+	struct prism_tier_queue tier[PRISM_NR_TIERS];
+	struct prism_batch batch;
+	sector_t head_pos;		/* end of the last dispatched request */
+	bool sorted;			/* sort trees in use (C-LOOK dispatch) */
+	bool rotational;		/* what the cost model was made for */
+	struct prism_cost_params cost_params;	/* in force */
+	struct prism_cost_model model;		/* the same, digested */
+	/*
+	 * The cost learner (cost_model=auto): one dispatch in
+	 * PRISM_LEARN_EVERY is timed, its point summed into learn_acc where
+	 * it completes and folded into learner under the lock at most every
+	 * PRISM_LEARN_FOLD; learned holds the coefficients fitted so far.
+	 * While learning (read locklessly where requests complete), every
+	 * completion swaps its time into last_done, which gives the next
+	 * timed request the completion before it (prism_learn_busy()).
+	 */
+	bool learning;
+	atomic64_t last_done;
+	struct prism_learn_acc learn_acc[PRISM_NR_DIRS][2];
+	struct prism_cost_learner learner;
+	struct prism_cost_params learned;
+	bool learned_any;
+	u32 learn_tick;
+	unsigned long learn_folded;
+	u64 flow_overflows;		/* requests that found no flow slot */
+	struct prism_flow *flows;	/* PRISM_FLOW_SLOTS */
+	/* (thread, tier) of recent inserts, for limit_depth(); see policy. */
+	u32 recent[PRISM_NR_RECENT];
+	/*
+	 * What all tiers own (prism_owned_total()), for limit_depth() and
+	 * the direct lane: owned_in counts the tiers' inserted (under the
+	 * lock, WRITE_ONCE), owned_out their completed and merged_away (where
+	 * requests finish), so the total is one subtraction, not a sum over
+	 * the tiers' books.
+	 */
+	u64 owned_in;
+	atomic64_t owned_out;
+
+	/*
+	 * In-flight control (see prism_choose()): the depth controller under
+	 * the lock, fed from lat; the timer that re-runs the queue when an
+	 * anticipation window closes; why and how often dispatch held back.
+	 */
+	struct request_queue *q;
+	struct prism_depth_ctl depth;
+	struct prism_lat_acc lat;
+	struct hrtimer window_timer;
+	struct hrtimer rate_timer;	/* runs the queue once a bucket refills */
+	u64 held_window;
+	u64 held_depth;
+	u64 held_paced;		/* depth holds that waited for a paced gap */
+	u64 held_flow;
+	u64 held_fair;		/* holds at a tier's fair_cap */
+	u64 idle_since;		/* ns: a window hold began; 0: none */
+	int idle_tier;		/* the tier it held for */
+	int idle_flow;		/* the flow slot it idled for, -1: a tier */
+	atomic64_t window_runs;
+	/*
+	 * Idling for flows: the window (ns, 0: off), set under the lock at
+	 * each dispatch from the tunable and the media; finish_request()
+	 * reads it locklessly, for whether it is set.
+	 */
+	u64 flow_window;
+	/*
+	 * jiffies flows of unequal weights were last backlogged in a tier,
+	 * together or one after the other (prism_note_weight())
+	 */
+	unsigned long weights_seen;
+
+	/*
+	 * Tunables: replaced whole under lock (prism_attr_store), read under
+	 * lock with prism_tun() and locklessly in limit_depth() under RCU.
+	 */
+	struct prism_tun_rcu __rcu *tun;
+	int front_merges;
+	int sort_mode;
+	/*
+	 * flow_depth as a part of 1024, rounded down (U32_MAX when the limit
+	 * is off): limit_depth()'s fast path compares without a division,
+	 * and never finds fewer allocations that may be limited than the
+	 * exact test (prism_flow_limit_may()), which the slow path makes.
+	 */
+	u32 flow_frac;
+	bool writeback_low;	/* the tunable, for limit_depth()'s fast path */
+	u32 device_depth;	/* prism_device_depth(), under the lock */
+
+	/*
+	 * Latency histograms (debugfs "latency"), per tier and direction, in
+	 * prism_hist_bucket()'s buckets. hist_wait: from the request's
+	 * allocation (the core's start_time_ns) to its dispatch, under the
+	 * lock. hist_device: from dispatch to completion, added where
+	 * requests complete, without the lock. Kept only while latency_hist
+	 * is 1 (off by default: about 50 instructions per request, 0.6% of
+	 * a 4 KiB read's kernel path, which nothing else needs). Written
+	 * under the lock; dispatch reads it there, completions locklessly.
+	 */
+	bool latency_hist;
+	u64 hist_wait[PRISM_NR_TIERS][PRISM_NR_DIRS][PRISM_HIST_BUCKETS];
+	atomic64_t hist_device[PRISM_NR_TIERS][PRISM_NR_DIRS]
+			      [PRISM_HIST_BUCKETS];
+};
+
+/* The tunables, for a caller holding prism_data.lock. */
+static inline const struct prism_tunables *prism_tun(struct prism_data *pd)
+{
+	return &rcu_dereference_protected(pd->tun,
+					  lockdep_is_held(&pd->lock))->t;
+}
+
+/* Requests the flow owns: inserted, not finished. Lockless, never < 0. */
+static inline u64 prism_flow_owned(const struct prism_flow *fl)
+{
+	s64 owned = READ_ONCE(fl->inserted) - atomic64_read(&fl->finished);
+
+	return owned > 0 ? owned : 0;
+}
+
+static inline u32 prism_flow_queued(const struct prism_flow *fl)
+{
+	return fl->queued[PRISM_READ] + fl->queued[PRISM_WRITE] +
+	       fl->queued[PRISM_SYNC_WRITE];
+}
+
+/*
+ * Requests @tq owns: inserted and not yet finished (queued, in flight, or
+ * merged away and about to be freed). Lockless: a finish may be seen
+ * before the insert that preceded it, so never below zero.
+ */
+static inline u64 prism_owned(struct prism_tier_queue *tq)
+{
+	s64 owned = READ_ONCE(tq->inserted) - atomic64_read(&tq->completed) -
+		    atomic64_read(&tq->merged_away);
+
+	return owned > 0 ? owned : 0;
+}
+
+/* Dispatched by prism and not yet completed or requeued. */
+static inline u64 prism_inflight(struct prism_tier_queue *tq)
+{
+	s64 inflight = READ_ONCE(tq->started) - atomic64_read(&tq->completed);
+
+	return inflight > 0 ? inflight : 0;
+}
+
+/* Requests on the tier's flows' FIFOs (not the at-head list). */
+static inline u32 tq_queued(const struct prism_tier_queue *tq)
+{
+	return tq->queued[PRISM_READ] + tq->queued[PRISM_WRITE] +
+	       tq->queued[PRISM_SYNC_WRITE];
+}
+
+/* Whether weights differed in a tier lately (prism_weights_differed()). */
+static inline bool prism_weights_differ_now(struct prism_data *pd)
+{
+	return prism_weights_differed(jiffies, pd->weights_seen, HZ);
+}
+
+/*
+ * The flow window now (prism_flow_window()), from the tunables, the media
+ * and whether weights differed lately (@differ). Under the lock.
+ */
+static __always_inline u64 prism_flow_window_now(struct prism_data *pd,
+						 const struct prism_tunables *tun,
+						 bool differ)
+{
+	return prism_flow_window(&pd->depth, tun, !blk_queue_nonrot(pd->q),
+				 differ);
+}
+
+void prism_lane_close(struct prism_data *pd);
+void prism_model_update(struct prism_data *pd);
+
+extern struct elv_fs_entry prism_attrs[];
+#ifdef CONFIG_BLK_DEBUG_FS
+extern const struct blk_mq_debugfs_attr prism_queue_debugfs_attrs[];
+#endif
+
+#endif /* _PRISM_H */

@@ -1,0 +1,324 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * What prism shows under /sys/kernel/debug/block/<dev>/sched/: its books
+ * per tier, the batch, flows, the cost model and the in-flight control,
+ * and the latency histograms. Each file is read under prism's lock.
+ */
+#include <linux/uaccess.h>
+
+#include "prism.h"
+
+static int prism_tiers_show(void *data, struct seq_file *m)
+{
+	struct request_queue *q = data;
+	struct prism_data *pd = q->elevator->elevator_data;
+	int t;
+
+	/*
+	 * completed: every finished request, dispatched or merged away, so
+	 * that inserted == completed on an idle queue; owned: see
+	 * prism_owned(); max_owned its high-water mark, which the tag reserve
+	 * bounds; foreign: inserted without being prepared; throttled:
+	 * dispatches that found its rate cap's bucket empty; direct: of the
+	 * dispatched, those from the direct lane (prism_lane_allows());
+	 * passthrough: inserted passthrough requests (prism_rq_passthrough()).
+	 */
+	seq_puts(m, "tier queued inserted requeued dispatched merged aged shared expired completed inflight owned max_owned foreign throttled direct passthrough\n");
+	spin_lock(&pd->lock);
+	for (t = 0; t < PRISM_NR_TIERS; t++) {
+		struct prism_tier_queue *tq = &pd->tier[t];
+		s64 completed = atomic64_read(&tq->completed) +
+				atomic64_read(&tq->merged_away);
+
+		seq_printf(m, "%s %u %llu %llu %llu %llu %llu %llu %llu %lld %llu %llu %llu %llu %llu %llu %llu\n",
+			   prism_tier_name[t],
+			   tq_queued(tq) + tq->queued_head +
+			   (pd->direct_tier == t ? pd->nr_direct : 0),
+			   tq->inserted, tq->requeued, tq->dispatched,
+			   tq->merged, tq->aged, tq->shared, tq->expired,
+			   completed, prism_inflight(tq), prism_owned(tq),
+			   tq->max_owned,
+			   tq->foreign, tq->throttled, tq->direct,
+			   tq->passthrough);
+	}
+	spin_unlock(&pd->lock);
+	return 0;
+}
+
+static int prism_batch_show(void *data, struct seq_file *m)
+{
+	struct request_queue *q = data;
+	struct prism_data *pd = q->elevator->elevator_data;
+	struct prism_batch b;
+	sector_t head;
+	u32 fifo_batch, lane;
+	u64 spills;
+	bool sorted, lane_off;
+
+	spin_lock(&pd->lock);
+	b = pd->batch;
+	lane = pd->nr_direct;
+	lane_off = pd->lane_off;
+	spills = pd->lane_spills;
+	head = pd->head_pos;
+	sorted = pd->sorted;
+	fifo_batch = prism_tun(pd)->fifo_batch;
+	spin_unlock(&pd->lock);
+
+	/* Credits in percent of a microsecond of device time. */
+	seq_printf(m, "tier=%s flow=%d dir=%s count=%u cost_us=%llu fifo_batch=%u starved=%u order=%s head=%llu credit_normal=%lld credit_low=%lld lane=%s lane_queued=%u lane_spills=%llu\n",
+		   b.tier >= 0 ? prism_tier_name[b.tier] : "none", b.flow,
+		   prism_fifo_name[b.dir], b.count,
+		   div_u64(b.cost, NSEC_PER_USEC), fifo_batch,
+		   b.starved, sorted ? "sector" : "fifo",
+		   (unsigned long long)head,
+		   div_s64(b.credit[PRISM_NORMAL], NSEC_PER_USEC),
+		   div_s64(b.credit[PRISM_LOW], NSEC_PER_USEC),
+		   lane_off ? "off" : "open", lane, spills);
+	return 0;
+}
+
+/* Each live flow's sequential detector, as "streams" showed per thread. */
+static int prism_streams_show(void *data, struct seq_file *m)
+{
+	struct request_queue *q = data;
+	struct prism_data *pd = q->elevator->elevator_data;
+	int i;
+
+	seq_puts(m, "pid score sequential\n");
+	spin_lock(&pd->lock);
+	for (i = 0; i < PRISM_NR_FLOWS; i++) {
+		const struct prism_flow *fl = &pd->flows[i];
+
+		if (fl->key)
+			seq_printf(m, "%u %u %d\n", fl->id, fl->stream.score,
+				   fl->stream.score >= PRISM_SEQ_THRESHOLD);
+	}
+	spin_unlock(&pd->lock);
+	return 0;
+}
+
+/*
+ * Flows: one line per live flow (and per shared flow that took any
+ * request): the process and its command, tier, weight, how far its
+ * virtual start is ahead of its tier's virtual time (vt_lead, in ns of
+ * service at weight 10: what it has taken beyond its share), the cost
+ * (us) and bytes served, requests dispatched, queued, owned, and tag
+ * allocations its flow limit shallowed. Then the fair queues and the
+ * table's overflows.
+ */
+static int prism_flows_show(void *data, struct seq_file *m)
+{
+	struct request_queue *q = data;
+	struct prism_data *pd = q->elevator->elevator_data;
+	int i;
+
+	seq_puts(m, "slot pid comm tier weight backlogged vt_lead cost_us bytes dispatched queued owned throttled think_us\n");
+	spin_lock(&pd->lock);
+	for (i = 0; i < PRISM_FLOW_SLOTS; i++) {
+		const struct prism_flow *fl = &pd->flows[i];
+		const struct prism_fq *fq = &pd->tier[fl->tier].fq;
+		s64 lead = (s64)(fl->fq.start - fq->vtime);
+
+		if (!fl->key && !fl->inserted)
+			continue;
+		seq_printf(m, "%d %u %s %s %u %d %lld %llu %llu %llu %u %llu %lld %llu\n",
+			   i, fl->id, fl->comm, prism_tier_name[fl->tier],
+			   fl->fq.weight, fl->fq.backlogged,
+			   div_s64(lead * PRISM_WEIGHT_UNIT, PRISM_VT_SCALE),
+			   div_u64(fl->cost, NSEC_PER_USEC), fl->bytes,
+			   fl->dispatched, prism_flow_queued(fl),
+			   prism_flow_owned(fl), atomic64_read(&fl->throttled),
+			   div_u64(fl->think.mean, NSEC_PER_USEC));
+	}
+	for (i = 0; i < PRISM_NR_TIERS; i++)
+		seq_printf(m, "fq %s vtime=%llu wsum=%u backlogged=%u\n",
+			   prism_tier_name[i], pd->tier[i].fq.vtime,
+			   pd->tier[i].fq.wsum, pd->tier[i].fq.nr);
+	seq_printf(m, "overflows=%llu\n", pd->flow_overflows);
+	spin_unlock(&pd->lock);
+	return 0;
+}
+
+/*
+ * The cost model in force: coefficients, and a 4 KiB and 1 MiB read's
+ * cost; then the learner: whether its fit is in force (cost_model=auto),
+ * the points of each kind in its window, and the coefficients fitted.
+ */
+static int prism_cost_show(void *data, struct seq_file *m)
+{
+	struct request_queue *q = data;
+	struct prism_data *pd = q->elevator->elevator_data;
+	struct prism_cost_params p, l;
+	struct prism_cost_learner lr;
+	struct prism_cost_model mod;
+	bool learning, any;
+
+	spin_lock(&pd->lock);
+	p = pd->cost_params;
+	mod = pd->model;
+	l = pd->learned;
+	lr = pd->learner;
+	any = pd->learned_any;
+	learning = prism_tun(pd)->cost_auto;
+	spin_unlock(&pd->lock);
+	seq_printf(m, "model=%s rbps=%llu rseqiops=%u rrandiops=%u wbps=%llu wseqiops=%u wrandiops=%u\n",
+		   pd->rotational ? "rotational" : "flash",
+		   p.bps[PRISM_READ], p.seqiops[PRISM_READ],
+		   p.randiops[PRISM_READ], p.bps[PRISM_WRITE],
+		   p.seqiops[PRISM_WRITE], p.randiops[PRISM_WRITE]);
+	seq_printf(m, "cost_ns read_4k_rand=%llu read_4k_seq=%llu read_1m_seq=%llu write_4k_rand=%llu\n",
+		   prism_cost(&mod, PRISM_READ, 4096, false),
+		   prism_cost(&mod, PRISM_READ, 4096, true),
+		   prism_cost(&mod, PRISM_READ, 1 << 20, true),
+		   prism_cost(&mod, PRISM_WRITE, 4096, false));
+	seq_printf(m, "learning=%s samples=%llu window_rrand=%llu window_rseq=%llu window_wrand=%llu window_wseq=%llu\n",
+		   !PRISM_CAN_LEARN ? "unavailable" :
+		   learning ? (any ? "in_force" : "started") : "off",
+		   lr.samples, lr.s[PRISM_READ][0].n, lr.s[PRISM_READ][1].n,
+		   lr.s[PRISM_WRITE][0].n, lr.s[PRISM_WRITE][1].n);
+	if (any)
+		seq_printf(m, "learned rbps=%llu rseqiops=%u rrandiops=%u wbps=%llu wseqiops=%u wrandiops=%u\n",
+			   l.bps[PRISM_READ], l.seqiops[PRISM_READ],
+			   l.randiops[PRISM_READ], l.bps[PRISM_WRITE],
+			   l.seqiops[PRISM_WRITE], l.randiops[PRISM_WRITE]);
+	return 0;
+}
+
+/*
+ * The in-flight control: per tier what is in the device, the think time
+ * and the sync-write chain's gaps; the depth controller (times in microseconds); how often dispatch
+ * held lower tiers back, and how often the window timer ran the queue.
+ */
+static int prism_flight_show(void *data, struct seq_file *m)
+{
+	struct request_queue *q = data;
+	struct prism_data *pd = q->elevator->elevator_data;
+	u64 inflight[PRISM_NR_TIERS], think[PRISM_NR_TIERS];
+	u64 chain[PRISM_NR_TIERS];
+	u32 samples[PRISM_NR_TIERS], chain_samples[PRISM_NR_TIERS];
+	u32 chain_quick[PRISM_NR_TIERS];
+	struct prism_depth_ctl d;
+	u64 window, target, held_window, held_depth, held_flow, held_fair;
+	u64 flow_window, held_paced;
+	int t;
+
+	spin_lock(&pd->lock);
+	for (t = 0; t < PRISM_NR_TIERS; t++) {
+		inflight[t] = prism_inflight(&pd->tier[t]);
+		think[t] = pd->tier[t].think.mean;
+		samples[t] = pd->tier[t].think.samples;
+		chain[t] = pd->tier[t].chain.mean;
+		chain_samples[t] = pd->tier[t].chain.samples;
+		chain_quick[t] = pd->tier[t].chain.quick;
+	}
+	d = pd->depth;
+	window = prism_window(&d, prism_tun(pd), !blk_queue_nonrot(q));
+	target = prism_depth_target(&d, prism_tun(pd));
+	held_window = pd->held_window;
+	held_depth = pd->held_depth;
+	held_flow = pd->held_flow;
+	held_fair = pd->held_fair;
+	held_paced = pd->held_paced;
+	flow_window = prism_flow_window_now(pd, prism_tun(pd),
+					    prism_weights_differ_now(pd));
+	spin_unlock(&pd->lock);
+
+	seq_puts(m, "tier inflight think_us think_samples chain_us chain_samples chain_quick_pct\n");
+	for (t = 0; t < PRISM_NR_TIERS; t++)
+		seq_printf(m, "%s %llu %llu %u %llu %u %u\n", prism_tier_name[t],
+			   inflight[t], div_u64(think[t], NSEC_PER_USEC),
+			   samples[t], div_u64(chain[t], NSEC_PER_USEC),
+			   chain_samples[t],
+			   chain_quick[t] * 100 / PRISM_QUICK_ONE);
+	seq_printf(m, "device_depth=%u lower_limit=%u window_us=%llu target_us=%llu bulk_us=%llu bulk_samples=%u solo_us=%llu solo_samples=%u floor_us=%llu floor_samples=%u lat_us=%llu cuts=%llu held_window=%llu held_depth=%llu window_runs=%lld flow_window_us=%llu held_flow=%llu held_fair=%llu lower_duty=%u held_paced=%llu\n",
+		   pd->device_depth, d.limit,
+		   div_u64(window, NSEC_PER_USEC),
+		   div_u64(target, NSEC_PER_USEC),
+		   div_u64(d.bulk, NSEC_PER_USEC), d.bulk_samples,
+		   div_u64(d.solo, NSEC_PER_USEC), d.solo_samples,
+		   div_u64(d.floor, NSEC_PER_USEC), d.floor_samples,
+		   div_u64(d.lat, NSEC_PER_USEC), d.cuts, held_window,
+		   held_depth, atomic64_read(&pd->window_runs),
+		   div_u64(flow_window, NSEC_PER_USEC), held_flow, held_fair,
+		   d.duty, held_paced);
+	return 0;
+}
+
+/*
+ * The latency histograms: a line of bucket lower bounds in ns, then one
+ * line per kind, tier and direction with its count per bucket, kept
+ * while the tunable latency_hist is 1. Writing 0 empties them (a
+ * completion racing with it may survive).
+ */
+/* One histogram line; the FIFO names of reads and writes are the dirs'. */
+static void prism_latency_line(struct seq_file *m, const char *kind, int t,
+			       int d, const u64 *counts)
+{
+	int b;
+
+	seq_printf(m, "%s %s %s", kind, prism_tier_name[t], prism_fifo_name[d]);
+	for (b = 0; b < PRISM_HIST_BUCKETS; b++)
+		seq_printf(m, " %llu", counts[b]);
+	seq_putc(m, '\n');
+}
+
+static int prism_latency_show(void *data, struct seq_file *m)
+{
+	struct request_queue *q = data;
+	struct prism_data *pd = q->elevator->elevator_data;
+	u64 counts[PRISM_HIST_BUCKETS];
+	int t, d, b;
+
+	for (b = 0; b < PRISM_HIST_BUCKETS; b++)
+		counts[b] = prism_hist_lower(b);
+	seq_puts(m, "bucket_ns");
+	for (b = 0; b < PRISM_HIST_BUCKETS; b++)
+		seq_printf(m, " %llu", counts[b]);
+	seq_putc(m, '\n');
+	spin_lock(&pd->lock);
+	for (t = 0; t < PRISM_NR_TIERS; t++)
+		for (d = 0; d < PRISM_NR_DIRS; d++)
+			prism_latency_line(m, "wait", t, d, pd->hist_wait[t][d]);
+	spin_unlock(&pd->lock);
+	for (t = 0; t < PRISM_NR_TIERS; t++)
+		for (d = 0; d < PRISM_NR_DIRS; d++) {
+			for (b = 0; b < PRISM_HIST_BUCKETS; b++)
+				counts[b] = atomic64_read(&pd->hist_device[t][d][b]);
+			prism_latency_line(m, "device", t, d, counts);
+		}
+	return 0;
+}
+
+static ssize_t prism_latency_write(void *data, const char __user *buf,
+				   size_t count, loff_t *ppos)
+{
+	struct request_queue *q = data;
+	struct prism_data *pd = q->elevator->elevator_data;
+	char kbuf[4] = {};
+	int t, d, b;
+
+	if (count > sizeof(kbuf) - 1 || copy_from_user(kbuf, buf, count))
+		return -EINVAL;
+	if (strcmp(strim(kbuf), "0"))
+		return -EINVAL;
+	spin_lock(&pd->lock);
+	memset(pd->hist_wait, 0, sizeof(pd->hist_wait));
+	spin_unlock(&pd->lock);
+	for (t = 0; t < PRISM_NR_TIERS; t++)
+		for (d = 0; d < PRISM_NR_DIRS; d++)
+			for (b = 0; b < PRISM_HIST_BUCKETS; b++)
+				atomic64_set(&pd->hist_device[t][d][b], 0);
+	return count;
+}
+
+const struct blk_mq_debugfs_attr prism_queue_debugfs_attrs[] = {
+	{"latency", 0600, prism_latency_show, prism_latency_write},
+	{"flight", 0400, prism_flight_show},
+	{"tiers", 0400, prism_tiers_show},
+	{"batch", 0400, prism_batch_show},
+	{"streams", 0400, prism_streams_show},
+	{"flows", 0400, prism_flows_show},
+	{"cost", 0400, prism_cost_show},
+	{},
+};

@@ -1,0 +1,463 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * prism's tunables under /sys/block/<dev>/queue/iosched/: each value is
+ * parsed, range-checked and validated on a copy of the tunables, which
+ * replaces the old set whole (RCU) only if all is well, so a rejected
+ * write returns -EINVAL and changes nothing.
+ */
+#include "prism.h"
+
+enum prism_attr_id {
+	PRISM_ATTR_READ_EXPIRE,
+	PRISM_ATTR_WRITE_EXPIRE,
+	PRISM_ATTR_WRITES_STARVED,
+	PRISM_ATTR_FRONT_MERGES,
+	PRISM_ATTR_FIFO_BATCH,
+	PRISM_ATTR_PRIO_AGING_EXPIRE,
+	PRISM_ATTR_BE_HIGH_MAX,
+	PRISM_ATTR_BE_LOW_MIN,
+	PRISM_ATTR_NORMAL_DEPTH,
+	PRISM_ATTR_LOW_DEPTH,
+	PRISM_ATTR_SEQ_GAP,
+	PRISM_ATTR_SORT_MODE,
+	PRISM_ATTR_NORMAL_SHARE,
+	PRISM_ATTR_LOW_SHARE,
+	PRISM_ATTR_ANTICIPATE_US,
+	PRISM_ATTR_FLOW_IDLE_US,
+	PRISM_ATTR_TARGET_LATENCY_US,
+	PRISM_ATTR_SYNC_WRITE_EXPIRE,
+	PRISM_ATTR_QUANTUM_US,
+	PRISM_ATTR_FLOW_DEPTH,
+	PRISM_ATTR_FAIR_DEPTH,
+	PRISM_ATTR_COST_RKBPS,
+	PRISM_ATTR_COST_RSEQIOPS,
+	PRISM_ATTR_COST_RRANDIOPS,
+	PRISM_ATTR_COST_WKBPS,
+	PRISM_ATTR_COST_WSEQIOPS,
+	PRISM_ATTR_COST_WRANDIOPS,
+	PRISM_ATTR_COST_MODEL,
+	PRISM_ATTR_NORMAL_RATE_KBPS,
+	PRISM_ATTR_LOW_RATE_KBPS,
+	PRISM_ATTR_WRITEBACK_LOW,
+	PRISM_ATTR_RATE_BURST_US,
+	PRISM_ATTR_BULK_MERGE_KB,
+	PRISM_ATTR_LATENCY_HIST,
+};
+
+/* An hour: longer deadlines mean none; shown values stay within int. */
+#define PRISM_MAX_MSECS		3600000
+
+struct prism_attr_range {
+	int min;
+	int max;
+};
+
+/* cost_model: the coefficients as set (or the media's), or learned. */
+static const char *const prism_cost_model_name[] = { "fixed", "auto" };
+
+static const struct prism_attr_range prism_attr_ranges[] = {
+	[PRISM_ATTR_READ_EXPIRE]	= { 0, PRISM_MAX_MSECS },
+	[PRISM_ATTR_WRITE_EXPIRE]	= { 0, PRISM_MAX_MSECS },
+	[PRISM_ATTR_WRITES_STARVED]	= { 0, INT_MAX },
+	[PRISM_ATTR_FRONT_MERGES]	= { 0, 1 },
+	[PRISM_ATTR_FIFO_BATCH]		= { 0, INT_MAX },
+	[PRISM_ATTR_PRIO_AGING_EXPIRE]	= { 0, PRISM_MAX_MSECS },
+	[PRISM_ATTR_BE_HIGH_MAX]	= { -1, 7 },
+	[PRISM_ATTR_BE_LOW_MIN]		= { 0, 8 },
+	[PRISM_ATTR_NORMAL_DEPTH]	= { 1, 100 },
+	[PRISM_ATTR_LOW_DEPTH]		= { 1, 100 },
+	[PRISM_ATTR_SEQ_GAP]		= { 0, 1 << 20 },
+	[PRISM_ATTR_SORT_MODE]		= { 0, 2 },
+	[PRISM_ATTR_NORMAL_SHARE]	= { 0, PRISM_SHARE_MAX },
+	[PRISM_ATTR_LOW_SHARE]		= { 0, PRISM_SHARE_MAX },
+	/* -1: automatic; a window is at most a second, a target ten. */
+	[PRISM_ATTR_ANTICIPATE_US]	= { PRISM_AUTO, USEC_PER_SEC },
+	[PRISM_ATTR_FLOW_IDLE_US]	= { PRISM_AUTO, USEC_PER_SEC },
+	[PRISM_ATTR_TARGET_LATENCY_US]	= { 0, 10 * USEC_PER_SEC },
+	[PRISM_ATTR_SYNC_WRITE_EXPIRE]	= { 0, PRISM_MAX_MSECS },
+	/* A turn of 10 us to 1 s; cost coefficients 0 (default) or more. */
+	[PRISM_ATTR_QUANTUM_US]		= { 10, USEC_PER_SEC },
+	[PRISM_ATTR_FLOW_DEPTH]		= { 1, 100 },
+	[PRISM_ATTR_FAIR_DEPTH]		= { 0, 65536 },
+	[PRISM_ATTR_COST_RKBPS]		= { 0, INT_MAX },
+	[PRISM_ATTR_COST_RSEQIOPS]	= { 0, 10000000 },
+	[PRISM_ATTR_COST_RRANDIOPS]	= { 0, 10000000 },
+	[PRISM_ATTR_COST_WKBPS]		= { 0, INT_MAX },
+	[PRISM_ATTR_COST_WSEQIOPS]	= { 0, 10000000 },
+	[PRISM_ATTR_COST_WRANDIOPS]	= { 0, 10000000 },
+	[PRISM_ATTR_COST_MODEL]		= { 0, 1 },
+	[PRISM_ATTR_NORMAL_RATE_KBPS]	= { 0, INT_MAX },
+	[PRISM_ATTR_LOW_RATE_KBPS]	= { 0, INT_MAX },
+	[PRISM_ATTR_WRITEBACK_LOW]	= { 0, 1 },
+	[PRISM_ATTR_RATE_BURST_US]	= { 1, 10 * USEC_PER_SEC },
+	[PRISM_ATTR_BULK_MERGE_KB]	= { 0, 1 << 20 },
+	[PRISM_ATTR_LATENCY_HIST]	= { 0, 1 },
+};
+
+/*
+ * Where each tunable lives. The jiffies ones are unsigned long, the rest
+ * int or u32 of the same width as int; one accessor per kind keeps the
+ * show and store paths single.
+ */
+static unsigned long *prism_attr_jiffies(struct prism_tunables *t,
+					 enum prism_attr_id id)
+{
+	switch (id) {
+	case PRISM_ATTR_READ_EXPIRE:
+		return &t->fifo_expire[PRISM_READ];
+	case PRISM_ATTR_WRITE_EXPIRE:
+		return &t->fifo_expire[PRISM_WRITE];
+	case PRISM_ATTR_SYNC_WRITE_EXPIRE:
+		return &t->fifo_expire[PRISM_SYNC_WRITE];
+	case PRISM_ATTR_PRIO_AGING_EXPIRE:
+		return &t->prio_aging_expire;
+	default:
+		return NULL;
+	}
+}
+
+static int prism_attr_get(struct prism_data *pd, const struct prism_tunables *t,
+			  enum prism_attr_id id)
+{
+	switch (id) {
+	case PRISM_ATTR_READ_EXPIRE:
+		return jiffies_to_msecs(t->fifo_expire[PRISM_READ]);
+	case PRISM_ATTR_WRITE_EXPIRE:
+		return jiffies_to_msecs(t->fifo_expire[PRISM_WRITE]);
+	case PRISM_ATTR_SYNC_WRITE_EXPIRE:
+		return jiffies_to_msecs(t->fifo_expire[PRISM_SYNC_WRITE]);
+	case PRISM_ATTR_PRIO_AGING_EXPIRE:
+		return jiffies_to_msecs(t->prio_aging_expire);
+	case PRISM_ATTR_WRITES_STARVED:
+		return t->writes_starved;
+	case PRISM_ATTR_FRONT_MERGES:
+		return pd->front_merges;
+	case PRISM_ATTR_FIFO_BATCH:
+		return t->fifo_batch;
+	case PRISM_ATTR_BE_HIGH_MAX:
+		return t->be_high_max;
+	case PRISM_ATTR_BE_LOW_MIN:
+		return t->be_low_min;
+	case PRISM_ATTR_NORMAL_DEPTH:
+		return t->normal_depth;
+	case PRISM_ATTR_LOW_DEPTH:
+		return t->low_depth;
+	case PRISM_ATTR_SEQ_GAP:
+		return t->seq_gap;
+	case PRISM_ATTR_SORT_MODE:
+		return pd->sort_mode;
+	case PRISM_ATTR_NORMAL_SHARE:
+		return t->share[PRISM_NORMAL];
+	case PRISM_ATTR_LOW_SHARE:
+		return t->share[PRISM_LOW];
+	case PRISM_ATTR_ANTICIPATE_US:
+		if (t->anticipate == PRISM_AUTO)
+			return PRISM_AUTO;
+		return div_u64(t->anticipate, NSEC_PER_USEC);
+	case PRISM_ATTR_FLOW_IDLE_US:
+		if (t->flow_idle == PRISM_AUTO)
+			return PRISM_AUTO;
+		return div_u64(t->flow_idle, NSEC_PER_USEC);
+	case PRISM_ATTR_TARGET_LATENCY_US:
+		return div_u64(t->target, NSEC_PER_USEC);
+	case PRISM_ATTR_QUANTUM_US:
+		return div_u64(t->quantum, NSEC_PER_USEC);
+	case PRISM_ATTR_FLOW_DEPTH:
+		return t->flow_depth;
+	case PRISM_ATTR_FAIR_DEPTH:
+		return t->fair_depth;
+	case PRISM_ATTR_COST_RKBPS:
+		return div_u64(t->cost.bps[PRISM_READ], 1024);
+	case PRISM_ATTR_COST_RSEQIOPS:
+		return t->cost.seqiops[PRISM_READ];
+	case PRISM_ATTR_COST_RRANDIOPS:
+		return t->cost.randiops[PRISM_READ];
+	case PRISM_ATTR_COST_WKBPS:
+		return div_u64(t->cost.bps[PRISM_WRITE], 1024);
+	case PRISM_ATTR_COST_WSEQIOPS:
+		return t->cost.seqiops[PRISM_WRITE];
+	case PRISM_ATTR_COST_WRANDIOPS:
+		return t->cost.randiops[PRISM_WRITE];
+	case PRISM_ATTR_COST_MODEL:
+		return t->cost_auto;
+	case PRISM_ATTR_NORMAL_RATE_KBPS:
+		return t->rate_kbps[PRISM_NORMAL];
+	case PRISM_ATTR_LOW_RATE_KBPS:
+		return t->rate_kbps[PRISM_LOW];
+	case PRISM_ATTR_WRITEBACK_LOW:
+		return t->writeback_low;
+	case PRISM_ATTR_RATE_BURST_US:
+		return div_u64(t->rate_burst, NSEC_PER_USEC);
+	case PRISM_ATTR_BULK_MERGE_KB:
+		return t->bulk_merge >> 10;
+	case PRISM_ATTR_LATENCY_HIST:
+		return pd->latency_hist;
+	}
+	return 0;
+}
+
+static ssize_t prism_attr_show(struct elevator_queue *e, char *page,
+			       enum prism_attr_id id)
+{
+	struct prism_data *pd = e->elevator_data;
+	int val;
+
+	spin_lock(&pd->lock);
+	val = prism_attr_get(pd, prism_tun(pd), id);
+	spin_unlock(&pd->lock);
+	if (id == PRISM_ATTR_COST_MODEL)
+		return sysfs_emit(page, "%s\n", prism_cost_model_name[val]);
+	return sysfs_emit(page, "%d\n", val);
+}
+
+/*
+ * Parse, range-check and validate on a copy; commit only if all is well,
+ * so a rejected write (-EINVAL) leaves every tunable as it was.
+ */
+static ssize_t prism_attr_store(struct elevator_queue *e, const char *page,
+				size_t count, enum prism_attr_id id)
+{
+	const struct prism_attr_range *r = &prism_attr_ranges[id];
+	struct prism_data *pd = e->elevator_data;
+	struct prism_tun_rcu *new, *old;
+	struct prism_tunables t;
+	unsigned long *jp;
+	int val, ret;
+
+	if (id == PRISM_ATTR_COST_MODEL)
+		ret = sysfs_match_string(prism_cost_model_name, page);
+	else
+		ret = kstrtoint(page, 0, &val);
+	if (ret < 0)
+		return -EINVAL;
+	if (id == PRISM_ATTR_COST_MODEL)
+		val = ret;
+	if (val < r->min || val > r->max)
+		return -EINVAL;
+	new = kzalloc(sizeof(*new), GFP_KERNEL);
+	if (!new)
+		return -ENOMEM;
+
+	spin_lock(&pd->lock);
+	t = *prism_tun(pd);
+	jp = prism_attr_jiffies(&t, id);
+	if (jp) {
+		*jp = msecs_to_jiffies(val);
+	} else {
+		switch (id) {
+		case PRISM_ATTR_WRITES_STARVED:
+			t.writes_starved = val;
+			break;
+		case PRISM_ATTR_FIFO_BATCH:
+			t.fifo_batch = val;
+			break;
+		case PRISM_ATTR_BE_HIGH_MAX:
+			t.be_high_max = val;
+			break;
+		case PRISM_ATTR_BE_LOW_MIN:
+			t.be_low_min = val;
+			break;
+		case PRISM_ATTR_NORMAL_DEPTH:
+			t.normal_depth = val;
+			break;
+		case PRISM_ATTR_LOW_DEPTH:
+			t.low_depth = val;
+			break;
+		case PRISM_ATTR_SEQ_GAP:
+			t.seq_gap = val;
+			break;
+		case PRISM_ATTR_NORMAL_SHARE:
+			t.share[PRISM_NORMAL] = val;
+			break;
+		case PRISM_ATTR_LOW_SHARE:
+			t.share[PRISM_LOW] = val;
+			break;
+		case PRISM_ATTR_ANTICIPATE_US:
+			t.anticipate = val == PRISM_AUTO ? PRISM_AUTO :
+				       (s64)val * NSEC_PER_USEC;
+			break;
+		case PRISM_ATTR_FLOW_IDLE_US:
+			t.flow_idle = val == PRISM_AUTO ? PRISM_AUTO :
+				      (s64)val * NSEC_PER_USEC;
+			break;
+		case PRISM_ATTR_TARGET_LATENCY_US:
+			t.target = (u64)val * NSEC_PER_USEC;
+			break;
+		case PRISM_ATTR_QUANTUM_US:
+			t.quantum = (u64)val * NSEC_PER_USEC;
+			break;
+		case PRISM_ATTR_FLOW_DEPTH:
+			t.flow_depth = val;
+			break;
+		case PRISM_ATTR_FAIR_DEPTH:
+			t.fair_depth = val;
+			break;
+		case PRISM_ATTR_COST_RKBPS:
+			t.cost.bps[PRISM_READ] = (u64)val * 1024;
+			break;
+		case PRISM_ATTR_COST_RSEQIOPS:
+			t.cost.seqiops[PRISM_READ] = val;
+			break;
+		case PRISM_ATTR_COST_RRANDIOPS:
+			t.cost.randiops[PRISM_READ] = val;
+			break;
+		case PRISM_ATTR_COST_WKBPS:
+			t.cost.bps[PRISM_WRITE] = (u64)val * 1024;
+			break;
+		case PRISM_ATTR_COST_WSEQIOPS:
+			t.cost.seqiops[PRISM_WRITE] = val;
+			break;
+		case PRISM_ATTR_COST_WRANDIOPS:
+			t.cost.randiops[PRISM_WRITE] = val;
+			break;
+		case PRISM_ATTR_COST_MODEL:
+			t.cost_auto = val;
+			break;
+		case PRISM_ATTR_NORMAL_RATE_KBPS:
+			t.rate_kbps[PRISM_NORMAL] = val;
+			break;
+		case PRISM_ATTR_LOW_RATE_KBPS:
+			t.rate_kbps[PRISM_LOW] = val;
+			break;
+		case PRISM_ATTR_WRITEBACK_LOW:
+			t.writeback_low = val;
+			break;
+		case PRISM_ATTR_RATE_BURST_US:
+			t.rate_burst = (u64)val * NSEC_PER_USEC;
+			break;
+		case PRISM_ATTR_BULK_MERGE_KB:
+			t.bulk_merge = (u32)val << 10;
+			break;
+		default:
+			break;
+		}
+	}
+	if (!prism_tunables_valid(&t)) {
+		spin_unlock(&pd->lock);
+		kfree(new);
+		return -EINVAL;
+	}
+	new->t = t;
+	old = rcu_replace_pointer(pd->tun, new, lockdep_is_held(&pd->lock));
+	WRITE_ONCE(pd->flow_frac, prism_flow_frac(t.flow_depth));
+	WRITE_ONCE(pd->writeback_low, t.writeback_low);
+	pd->rate_capped = t.rate_kbps[PRISM_HIGH] || t.rate_kbps[PRISM_NORMAL] ||
+			  t.rate_kbps[PRISM_LOW];
+	/*
+	 * The next dispatch recomputes lane_off; none takes the lane till.
+	 * What is on the lane joins its flows now: dispatch serves the lane
+	 * without asking the caps, so a rate cap set here would otherwise
+	 * let up to a device's depth of requests past it, uncharged (found
+	 * in review; no test produces it: the lane admits only what the
+	 * device takes at once, so a request stays on it for microseconds).
+	 */
+	prism_lane_close(pd);
+	pd->lane_checked = jiffies - 1;
+	prism_model_update(pd);
+	if (id == PRISM_ATTR_FRONT_MERGES)
+		WRITE_ONCE(pd->front_merges, val);
+	if (id == PRISM_ATTR_SORT_MODE)
+		WRITE_ONCE(pd->sort_mode, val);
+	if (id == PRISM_ATTR_LATENCY_HIST)
+		WRITE_ONCE(pd->latency_hist, val);
+	/*
+	 * A cap lifted or loosened (or a cost changed under one) must free
+	 * what its bucket holds now, not when the old bucket's timer fires:
+	 * while capped requests are all that is queued, has_work() says
+	 * there is none, and nothing else would run the queue.
+	 */
+	if (pd->nr_capped)
+		WRITE_ONCE(pd->nr_capped, 0);
+	spin_unlock(&pd->lock);
+	kfree_rcu(old, rcu);
+	blk_mq_run_hw_queues(pd->q, true);
+	return count;
+}
+
+#define PRISM_ATTR(name, id)						\
+static ssize_t prism_##name##_show(struct elevator_queue *e, char *page) \
+{									\
+	return prism_attr_show(e, page, id);				\
+}									\
+static ssize_t prism_##name##_store(struct elevator_queue *e,		\
+				    const char *page, size_t count)	\
+{									\
+	return prism_attr_store(e, page, count, id);			\
+}
+
+PRISM_ATTR(read_expire, PRISM_ATTR_READ_EXPIRE)
+PRISM_ATTR(write_expire, PRISM_ATTR_WRITE_EXPIRE)
+PRISM_ATTR(writes_starved, PRISM_ATTR_WRITES_STARVED)
+PRISM_ATTR(front_merges, PRISM_ATTR_FRONT_MERGES)
+PRISM_ATTR(fifo_batch, PRISM_ATTR_FIFO_BATCH)
+PRISM_ATTR(prio_aging_expire, PRISM_ATTR_PRIO_AGING_EXPIRE)
+PRISM_ATTR(be_high_max, PRISM_ATTR_BE_HIGH_MAX)
+PRISM_ATTR(be_low_min, PRISM_ATTR_BE_LOW_MIN)
+PRISM_ATTR(normal_depth, PRISM_ATTR_NORMAL_DEPTH)
+PRISM_ATTR(low_depth, PRISM_ATTR_LOW_DEPTH)
+PRISM_ATTR(seq_gap, PRISM_ATTR_SEQ_GAP)
+PRISM_ATTR(sort_mode, PRISM_ATTR_SORT_MODE)
+PRISM_ATTR(normal_share, PRISM_ATTR_NORMAL_SHARE)
+PRISM_ATTR(low_share, PRISM_ATTR_LOW_SHARE)
+PRISM_ATTR(anticipate_us, PRISM_ATTR_ANTICIPATE_US)
+PRISM_ATTR(flow_idle_us, PRISM_ATTR_FLOW_IDLE_US)
+PRISM_ATTR(target_latency_us, PRISM_ATTR_TARGET_LATENCY_US)
+PRISM_ATTR(sync_write_expire, PRISM_ATTR_SYNC_WRITE_EXPIRE)
+PRISM_ATTR(quantum_us, PRISM_ATTR_QUANTUM_US)
+PRISM_ATTR(flow_depth, PRISM_ATTR_FLOW_DEPTH)
+PRISM_ATTR(fair_depth, PRISM_ATTR_FAIR_DEPTH)
+PRISM_ATTR(cost_rkbps, PRISM_ATTR_COST_RKBPS)
+PRISM_ATTR(cost_rseqiops, PRISM_ATTR_COST_RSEQIOPS)
+PRISM_ATTR(cost_rrandiops, PRISM_ATTR_COST_RRANDIOPS)
+PRISM_ATTR(cost_wkbps, PRISM_ATTR_COST_WKBPS)
+PRISM_ATTR(cost_wseqiops, PRISM_ATTR_COST_WSEQIOPS)
+PRISM_ATTR(cost_wrandiops, PRISM_ATTR_COST_WRANDIOPS)
+PRISM_ATTR(cost_model, PRISM_ATTR_COST_MODEL)
+PRISM_ATTR(normal_rate_kbps, PRISM_ATTR_NORMAL_RATE_KBPS)
+PRISM_ATTR(low_rate_kbps, PRISM_ATTR_LOW_RATE_KBPS)
+PRISM_ATTR(rate_burst_us, PRISM_ATTR_RATE_BURST_US)
+PRISM_ATTR(bulk_merge_kb, PRISM_ATTR_BULK_MERGE_KB)
+PRISM_ATTR(latency_hist, PRISM_ATTR_LATENCY_HIST)
+PRISM_ATTR(writeback_low, PRISM_ATTR_WRITEBACK_LOW)
+
+#define PRISM_ATTR_ENTRY(name) \
+	__ATTR(name, 0644, prism_##name##_show, prism_##name##_store)
+
+struct elv_fs_entry prism_attrs[] = {
+	PRISM_ATTR_ENTRY(read_expire),
+	PRISM_ATTR_ENTRY(write_expire),
+	PRISM_ATTR_ENTRY(writes_starved),
+	PRISM_ATTR_ENTRY(front_merges),
+	PRISM_ATTR_ENTRY(fifo_batch),
+	PRISM_ATTR_ENTRY(prio_aging_expire),
+	PRISM_ATTR_ENTRY(be_high_max),
+	PRISM_ATTR_ENTRY(be_low_min),
+	PRISM_ATTR_ENTRY(normal_depth),
+	PRISM_ATTR_ENTRY(low_depth),
+	PRISM_ATTR_ENTRY(seq_gap),
+	PRISM_ATTR_ENTRY(sort_mode),
+	PRISM_ATTR_ENTRY(normal_share),
+	PRISM_ATTR_ENTRY(low_share),
+	PRISM_ATTR_ENTRY(anticipate_us),
+	PRISM_ATTR_ENTRY(flow_idle_us),
+	PRISM_ATTR_ENTRY(target_latency_us),
+	PRISM_ATTR_ENTRY(sync_write_expire),
+	PRISM_ATTR_ENTRY(quantum_us),
+	PRISM_ATTR_ENTRY(flow_depth),
+	PRISM_ATTR_ENTRY(fair_depth),
+	PRISM_ATTR_ENTRY(cost_rkbps),
+	PRISM_ATTR_ENTRY(cost_rseqiops),
+	PRISM_ATTR_ENTRY(cost_rrandiops),
+	PRISM_ATTR_ENTRY(cost_wkbps),
+	PRISM_ATTR_ENTRY(cost_wseqiops),
+	PRISM_ATTR_ENTRY(cost_wrandiops),
+	PRISM_ATTR_ENTRY(cost_model),
+	PRISM_ATTR_ENTRY(normal_rate_kbps),
+	PRISM_ATTR_ENTRY(low_rate_kbps),
+	PRISM_ATTR_ENTRY(rate_burst_us),
+	PRISM_ATTR_ENTRY(bulk_merge_kb),
+	PRISM_ATTR_ENTRY(latency_hist),
+	PRISM_ATTR_ENTRY(writeback_low),
+	__ATTR_NULL
+};
+
