@@ -850,9 +850,10 @@ static unsigned long prism_first_insert(struct prism_data *pd,
  * 65,000 slots; tags shared by the hardware queues or the LUNs of a host
  * are one set, counted once. Not blk_queue_depth(), which falls back to
  * nr_requests, the scheduler's tags. A driver may change the queue's
- * depth at any time (SCSI's queue_depth attribute): dispatch reads it
- * again once a jiffy into pd->device_depth, which the per-request paths
- * read, and debugfs "flight" shows.
+ * depth at any time (SCSI's queue_depth attribute): each dispatch that
+ * chooses (once a jiffy while the direct lane is served) reads it again
+ * into pd->device_depth, which the per-request paths read, and debugfs
+ * "flight" shows.
  */
 static u32 prism_device_depth(struct request_queue *q)
 {
@@ -2013,6 +2014,16 @@ static __always_inline void prism_dispatch_out(struct prism_data *pd,
 	rq->rq_flags |= RQF_STARTED;
 }
 
+/* The highest tier with requests on its flows, PRISM_NR_TIERS if none. */
+static inline int prism_first_queued(struct prism_data *pd)
+{
+	int t;
+
+	for (t = 0; t < PRISM_NR_TIERS && !tq_queued(&pd->tier[t]); t++)
+		;
+	return t;
+}
+
 /*
  * The queue drains (prism_draining()): the first list with requests of
  * the first backlogged flow of the highest tier that has any, past every
@@ -2022,11 +2033,9 @@ static __always_inline void prism_dispatch_out(struct prism_data *pd,
 static noinline struct prism_flow *prism_drain_choice(struct prism_data *pd,
 						      struct prism_choice *c)
 {
+	int t = prism_first_queued(pd), d;
 	struct prism_flow *fl;
-	int t, d;
 
-	for (t = 0; t < PRISM_NR_TIERS && !tq_queued(&pd->tier[t]); t++)
-		;
 	if (t == PRISM_NR_TIERS)
 		return NULL;
 	fl = list_first_entry_or_null(&pd->tier[t].active, struct prism_flow,
@@ -2135,8 +2144,7 @@ static noinline struct request *prism_dispatch_choose(struct prism_data *pd,
 	 * One tier alone has requests queued and none above it is active:
 	 * the choice prism_choose() would make, without building its view.
 	 */
-	for (t = 0; t < PRISM_NR_TIERS && !tq_queued(&pd->tier[t]); t++)
-		;
+	t = prism_first_queued(pd);
 	if (t < PRISM_NR_TIERS && !pd->idle_since && !tun->rate_kbps[t] &&
 	    !prism_fair_full(pd, tun, t, depth) &&
 	    prism_tier_alone(pd, tun, q, t, depth)) {
