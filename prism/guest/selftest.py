@@ -13,6 +13,7 @@ import contextlib
 import json
 import math
 import os
+import random
 import subprocess
 import threading
 import time
@@ -1750,9 +1751,13 @@ def run_held(dev: str, nr: int, low: list[str], high: bool = True,
             "balanced": conservation(dev)["balanced"]}
 
 
+def debugfs_kv(path: Path) -> dict[str, str]:
+    """The key=value words of a blk-mq debugfs file such as hctx0/tags."""
+    return dict(w.split("=", 1) for w in path.read_text().split() if "=" in w)
+
+
 def sched_tags_geometry(dev: str) -> dict:
-    text = (g.DEBUGFS / "block" / dev / "hctx0" / "sched_tags").read_text()
-    kv = dict(line.split("=", 1) for line in text.split() if "=" in line)
+    kv = debugfs_kv(g.DEBUGFS / "block" / dev / "hctx0" / "sched_tags")
     return {k: kv.get(k) for k in ("depth", "bits_per_word", "map_nr")}
 
 
@@ -2073,9 +2078,7 @@ def driver_tags(dev: str) -> list[int]:
     g.mount_debugfs()
     out = []
     for hctx in sorted((g.DEBUGFS / "block" / dev).glob("hctx*")):
-        kv = dict(line.split("=", 1) for line in (hctx / "tags").read_text().split()
-                  if "=" in line)
-        out.append(int(kv["nr_tags"]))
+        out.append(int(debugfs_kv(hctx / "tags")["nr_tags"]))
     return out
 
 
@@ -2164,7 +2167,10 @@ def stress_store(rng, devs: list[str]) -> dict:
             other = rng.choice([s for s in SCHEDULERS if s != "prism"])
             what = f"switch {other} and back"
             g.set_scheduler(dev, other)
+            away = time.monotonic() - t0
             g.set_scheduler(dev, "prism")
+            # Which freeze took the time: prism's drain, or the other's.
+            what += f" (away {away:.2f} s, back {time.monotonic() - t0 - away:.2f} s)"
     except OSError as e:
         err = e.errno or -1
     except RuntimeError as e:  # a switch that did not take
@@ -2184,7 +2190,6 @@ def fs_writer_jobfile(mnt: str, runtime: int) -> str:
 
 def stress_round(ctx, seed: int, seconds: int) -> dict:
     """One seed of check_stress."""
-    import random
     rng = random.Random(seed)
     nullb, virtio = ctx["nullb_verify"], ctx["virtio"]
     devs = [nullb, virtio]
