@@ -7,6 +7,8 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+import dkmstool  # noqa: E402  (tests/ is on the path as pytest's rootdir)
+
 
 def pytest_addoption(parser):
     parser.addoption("--kernels", default=os.environ.get("PRISM_TEST_KERNELS", "6.1,6.12"),
@@ -57,3 +59,17 @@ def pytest_generate_tests(metafunc):
     if "blktests_kernel" in metafunc.fixturenames:
         metafunc.parametrize("blktests_kernel", metafunc.config.prism_blktests_kernels,
                              scope="session")
+
+
+@pytest.fixture(scope="session")
+def dkms_package(tmp_path_factory):
+    """prism-iosched-dkms built, apt-installed and DKMS-built for both
+    pinned kernels, once a session (dkmstool.install_package()):
+    tests/test_deb.py checks each step, and each main boot autoloads the
+    module it installed (test_vm.py), so no boot builds its own (about
+    50 s a kernel). Purged when the session ends; anything it leaves
+    behind fails the session there."""
+    pkg = dkmstool.install_package(tmp_path_factory.mktemp("deb"))
+    yield pkg
+    left = dkmstool.purge_package(pkg)
+    assert not left, f"apt-get purge prism-iosched-dkms left: {left}"

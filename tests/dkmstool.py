@@ -1,8 +1,11 @@
 """DKMS as the tests drive it: the module's source copied into a private
 source tree, DKMS's own tree private too, the block/ headers taken from
 the cached linux-source .debs (module/find-block-dir.sh). Only the install
-step may reach the real module tree, when no install tree is given."""
+step may reach the real module tree, when no install tree is given. And
+the Debian package as a machine gets it, installed once a session
+(install_package(), conftest.py's dkms_package fixture)."""
 
+import dataclasses
 import os
 import shutil
 import subprocess
@@ -49,3 +52,73 @@ def package_installed() -> bool:
     state = subprocess.run(["dpkg-query", "-W", "-f=${Status}", "prism-iosched-dkms"],
                            capture_output=True, text=True).stdout
     return "installed" in state
+
+
+@dataclasses.dataclass
+class Package:
+    """prism-iosched-dkms as the session installed it (conftest.py's
+    dkms_package): the .deb, and what each step printed; why_not says
+    why it was not installed, if it was not."""
+    deb: Path | None = None
+    build: subprocess.CompletedProcess | None = None     # scripts/build-deb.sh
+    install: subprocess.CompletedProcess | None = None   # apt-get install ./deb
+    dkms: dict[str, subprocess.CompletedProcess] = dataclasses.field(default_factory=dict)
+    why_not: str | None = None
+
+    def built_for(self, k: kernels.Kernel) -> bool:
+        r = self.dkms.get(k.abi)
+        return self.why_not is None and r is not None and r.returncode == 0
+
+
+APT_ENV = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+BUILD_TOOLS = ("dpkg-buildpackage", "dh_dkms", "lintian")
+
+
+def install_package(out: Path) -> Package:
+    """Build the .deb into @out, apt-install it (DKMS builds what it can
+    at once), then have DKMS build and install it for every pinned kernel
+    from the cached linux-source .debs. Stops at the first failure, which
+    the Package records; never raises for one."""
+    pkg = Package()
+    missing = [t for t in BUILD_TOOLS + ("apt-get", "dkms") if not shutil.which(t)]
+    if missing:
+        pkg.why_not = (f"{', '.join(missing)} not installed (apt-get install dpkg-dev "
+                       "debhelper dh-dkms lintian dkms; scripts/setup.sh does)")
+        return pkg
+    pkg.build = subprocess.run([str(REPO / "scripts" / "build-deb.sh"), str(out)],
+                               capture_output=True, text=True)
+    pkg.deb = out / f"prism-iosched-dkms_{VERSION}_all.deb"
+    if pkg.build.returncode != 0:
+        pkg.why_not = "scripts/build-deb.sh failed (tests/test_deb.py shows why)"
+        return pkg
+    if os.geteuid() != 0:
+        pkg.why_not = "installing a package needs root"
+        return pkg
+    if package_installed() or any(installed_kos(k) for k in kernels.KERNELS.values()):
+        pkg.why_not = "prism-iosched is installed on this machine: not touching it"
+        return pkg
+    pkg.install = subprocess.run(["apt-get", "install", "-y", "-q", "--no-install-recommends",
+                                  str(pkg.deb)], capture_output=True, text=True, env=APT_ENV)
+    if pkg.install.returncode != 0:
+        pkg.why_not = "apt-get install failed (tests/test_deb.py shows why)"
+        return pkg
+    env = dict(APT_ENV, PRISM_SOURCE_DIR=str(kernels.cache_dir() / "debs"))
+    for k in kernels.KERNELS.values():
+        kernels.fetch(k)
+        pkg.dkms[k.abi] = subprocess.run(["dkms", "install", f"prism-iosched/{VERSION}",
+                                          "-k", k.abi], capture_output=True, text=True, env=env)
+    return pkg
+
+
+def purge_package(pkg: Package) -> list[str]:
+    """apt-get purge what install_package() installed; what it left
+    behind, if anything."""
+    if pkg.install is None:
+        return []
+    r = subprocess.run(["apt-get", "purge", "-y", "-q", "prism-iosched-dkms"],
+                       capture_output=True, text=True, env=APT_ENV)
+    left = [] if r.returncode == 0 else [f"apt-get purge failed: {r.stderr[-1000:]}"]
+    left += [str(ko) for k in kernels.KERNELS.values() for ko in installed_kos(k)]
+    if Path(f"/usr/src/prism-iosched-{VERSION}").exists():
+        left.append(f"/usr/src/prism-iosched-{VERSION}")
+    return left

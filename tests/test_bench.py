@@ -402,6 +402,28 @@ def test_all_workloads_have_job_files():
             assert f"[{w.high_job}]" in base and f"[{w.high_job}]" in w.jobfile.read_text()
 
 
+def test_every_job_file_parses(tmp_path):
+    """fio itself parses every workload's job file with the variables the
+    guest sets (benchrun: DEV, DIR, RUNTIME, RAMP): an unknown option or
+    value fails here, on the host, in a second (the VM test below runs
+    one workload of each kind, not every job file)."""
+    if not shutil.which("fio"):
+        pytest.skip("fio not installed (apt-get install fio; scripts/setup.sh does)")
+    env = {"PATH": "/usr/bin:/bin", "DEV": "/dev/null", "DIR": str(tmp_path),
+           "RUNTIME": "1", "RAMP": "0"}
+    files = [w.jobfile for w in workloads.WORKLOADS.values() if w.jobfile.exists()]
+    assert len(files) >= 25
+    for f in files:
+        r = subprocess.run(["fio", "--parse-only", str(f)], capture_output=True, text=True,
+                           env=env)
+        assert r.returncode == 0 and "dropped" not in r.stderr, (f.name, r.stderr[-2000:])
+    bad = tmp_path / "bad.fio"
+    bad.write_text("[x]\nrw=randred\nfilename=${DEV}\n")
+    r = subprocess.run(["fio", "--parse-only", str(bad)], capture_output=True, text=True,
+                       env=env)
+    assert r.returncode != 0, "fio --parse-only accepted a bad value: the check above is void"
+
+
 def test_jobs_that_run_together_stop_together():
     """Every workload of more than one job (or numjobs clones) sets
     exitall, so that all are measured over one window."""

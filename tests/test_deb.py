@@ -4,7 +4,6 @@ the module through DKMS for both pinned kernels, and removed cleanly; and
 the udev rules it ships."""
 
 import fnmatch
-import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -28,13 +27,13 @@ def _need(*tools: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def deb(tmp_path_factory) -> Path:
-    _need("dpkg-buildpackage", "dh_dkms", "lintian")
-    out = tmp_path_factory.mktemp("deb")
-    r = subprocess.run([str(REPO / "scripts" / "build-deb.sh"), str(out)],
-                       capture_output=True, text=True)
+def deb(dkms_package) -> Path:
+    _need(*dkmstool.BUILD_TOOLS)
+    r = dkms_package.build
+    assert r is not None, dkms_package.why_not
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]   # lintian errors fail it
-    return out / DEB
+    assert dkms_package.deb.name == DEB
+    return dkms_package.deb
 
 
 def test_package_holds_the_source_and_the_rules(deb):
@@ -51,37 +50,25 @@ def test_package_holds_the_source_and_the_rules(deb):
     assert "/lib/udev/rules.d" not in files and "/etc/udev" not in files
 
 
-def test_apt_installs_it_and_dkms_builds_both_kernels(deb):
+def test_apt_installs_it_and_dkms_builds_both_kernels(deb, dkms_package):
     """apt install ./deb succeeds even without linux-source (DKMS skips
     those kernels); with the sources (the cached .debs) DKMS builds and
-    installs for both kernels; apt purge removes everything."""
-    _need("apt-get", "dkms")
-    if os.geteuid() != 0:
-        pytest.skip("installing a package needs root")
-    if dkmstool.package_installed():
-        pytest.skip("prism-iosched-dkms is installed on this machine: not touching it")
-    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-    r = subprocess.run(["apt-get", "install", "-y", "-q", "--no-install-recommends",
-                        str(deb)], capture_output=True, text=True, env=env)
-    try:
-        assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
-        env["PRISM_SOURCE_DIR"] = str(kernels.cache_dir() / "debs")
-        for k in kernels.KERNELS.values():
-            kernels.fetch(k)
-            r = subprocess.run(["dkms", "install", f"prism-iosched/{VERSION}", "-k", k.abi],
-                               capture_output=True, text=True, env=env)
-            assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
-            ko = list((k.modules_dir / "updates" / "dkms").glob("prism-iosched.ko*"))
-            assert ko, f"nothing installed for {k.abi}"
-            info = subprocess.run(["modinfo", "-k", k.abi, "prism-iosched"],
-                                  capture_output=True, text=True).stdout
-            assert f"version:        {VERSION}" in info, info
-    finally:
-        subprocess.run(["apt-get", "purge", "-y", "-q", "prism-iosched-dkms"],
-                       capture_output=True, text=True, env=env)
+    installs for both kernels. The session's install (conftest.py's
+    dkms_package, which the main boots' autoload checks load from): apt
+    purge at the session's end must remove everything, or the session
+    fails there."""
+    pkg = dkms_package
+    if pkg.install is None:
+        pytest.skip(pkg.why_not)
+    assert pkg.install.returncode == 0, pkg.install.stdout[-3000:] + pkg.install.stderr[-2000:]
     for k in kernels.KERNELS.values():
-        assert not list((k.modules_dir / "updates" / "dkms").glob("prism-iosched.ko*"))
-    assert not Path(f"/usr/src/prism-iosched-{VERSION}").exists()
+        r = pkg.dkms[k.abi]
+        assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+        assert dkmstool.installed_kos(k), f"nothing installed for {k.abi}"
+        info = subprocess.run(["modinfo", "-k", k.abi, "prism-iosched"],
+                              capture_output=True, text=True).stdout
+        assert f"version:        {VERSION}" in info, info
+        assert "/updates/dkms/" in info, info
 
 
 @pytest.mark.parametrize("name,rotational", [("60-prism-rotational.rules", "1"),

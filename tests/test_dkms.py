@@ -62,13 +62,14 @@ def test_mismatched_source_is_refused(tmp_path):
 @pytest.mark.parametrize("series", sorted(kernels.KERNELS))
 def test_dkms_builds_and_installs(tmp_path, series, request):
     """DKMS builds and installs the module into a copy of the kernel's
-    module tree. When this run boots @series, the boot does the same into
-    the kernel's own tree and loads what it installed
+    module tree. When this run boots @series, the session's package
+    (conftest.py's dkms_package) has DKMS build it into the kernel's own
+    tree and the boot loads what it installed
     (test_vm.py::test_vm_autoloads_the_dkms_module checks its path and
     version): done there, not twice (CI time)."""
     if not request.config.getoption("--no-vm") and series in request.config.prism_kernels:
-        pytest.skip(f"the {series} boot builds, installs and loads it through DKMS "
-                    "(test_vm_autoloads_the_dkms_module)")
+        pytest.skip(f"the session's package has DKMS build it for {series} and the boot "
+                    "loads it (test_deb.py, test_vm_autoloads_the_dkms_module)")
     if not shutil.which("dkms"):
         pytest.skip("dkms not installed (apt-get install dkms; scripts/setup.sh does)")
     k = kernels.get(series)
