@@ -1711,8 +1711,11 @@ def run_held(dev: str, nr: int, low: list[str], high: bool = True,
              cgroup: str | None = None) -> dict:
     """One run for check_tag_reserve: a fresh prism with @nr scheduler
     tags, an RT reader at depth 1 (so a higher tier is always active) and
-    a deep reader @low starting a second later; returns LOW's high-water
-    mark of owned requests (prism's max_owned)."""
+    a deep reader @low once prism has seen the RT reader's first request
+    (fio may take a second or more to start under TCG: CI of 12-02 saw
+    LOW own all 64 tags when its reader, started a second after the RT
+    one, was first); the RT reader outlasts it by 4 s. Returns LOW's
+    high-water mark of owned requests (prism's max_owned)."""
     g.set_scheduler(dev, "none")
     g.set_scheduler(dev, "prism")
     # Set after the switch: the kernel resets nr_requests on every switch,
@@ -1724,10 +1727,13 @@ def run_held(dev: str, nr: int, low: list[str], high: bool = True,
     if high:
         procs.append(subprocess.Popen(
             ["fio"] + common + ["--name=high", "--iodepth=1", "--prioclass=1",
-                                "--prio=0", "--runtime=6"],
+                                "--prio=0", "--runtime=8"],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
-    low_cmd = ["fio"] + common + ["--name=low", "--iodepth=64", "--startdelay=1",
-                                  "--offset=512M"] + low
+        for _ in range(100):
+            if g.prism_tiers(dev)["high"]["inserted"] or procs[0].poll() is not None:
+                break
+            time.sleep(0.1)
+    low_cmd = ["fio"] + common + ["--name=low", "--iodepth=64", "--offset=512M"] + low
     if cgroup:
         low_cmd = ["bash", "-c", f'echo $$ > {cgroup}/cgroup.procs && exec "$@"', "--"] + low_cmd
     procs.append(subprocess.Popen(low_cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
