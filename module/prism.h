@@ -265,13 +265,22 @@ struct prism_data {
 	/*
 	 * Requests on any FIFO or the dispatch list: has_work(), which the
 	 * core calls several times per request, reads this one word instead
-	 * of seven list heads spread over the tiers. nr_capped: of those,
-	 * how many waited in rate-capped tiers when dispatch last found
-	 * nothing else to do; while they are all that is queued there is no
-	 * work until the rate timer (which clears it) or an insert.
+	 * of seven list heads spread over the tiers. The queue is parked
+	 * (prism_park()) while dispatch holds every queued request back: a
+	 * hold or an empty rate bucket, each with its wake-up arranged (a
+	 * timer, or a completion with the restart flag). nr_parked is then
+	 * nr_queued, and parked_out the low bits of owned_out before the
+	 * dispatch looked; while both still hold, has_work() says there is
+	 * no work, instead of blk-mq re-running a queue that returned
+	 * nothing every 3 ms (BLK_MQ_BUDGET_DELAY). An insert, a timer or a
+	 * store clears nr_parked; a completion moves owned_out.
+	 * view_out: owned_out as the current dispatch found it.
 	 */
 	u32 nr_queued;
-	u32 nr_capped;
+	u32 nr_parked;
+	u32 parked_out;
+	u32 view_out;
+	u64 empty_dispatches;	/* dispatches that returned nothing, queued */
 	struct list_head dispatch;	/* at-head inserts and requeues */
 	/*
 	 * The direct lane (see prism_lane_allows()): requests queued while
@@ -390,6 +399,17 @@ struct prism_data {
 	atomic64_t hist_device[PRISM_NR_TIERS][PRISM_NR_DIRS]
 			      [PRISM_HIST_BUCKETS];
 };
+
+/*
+ * What held the queue may be over: has_work() reports the requests again.
+ * Under the lock, or from a timer before it runs the queue (a plain
+ * store: dispatch parks under the lock before it arms the timer).
+ */
+static inline void prism_unpark(struct prism_data *pd)
+{
+	if (READ_ONCE(pd->nr_parked))
+		WRITE_ONCE(pd->nr_parked, 0);
+}
 
 /* The tunables, for a caller holding prism_data.lock. */
 static inline const struct prism_tunables *prism_tun(struct prism_data *pd)

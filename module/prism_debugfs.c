@@ -200,7 +200,8 @@ static int prism_flight_show(void *data, struct seq_file *m)
 	u32 chain_quick[PRISM_NR_TIERS];
 	struct prism_depth_ctl d;
 	u64 window, target, held_window, held_depth, held_flow, held_fair;
-	u64 flow_window, held_paced;
+	u64 flow_window, held_paced, empty;
+	u32 parked;
 	int t;
 
 	spin_lock(&pd->lock);
@@ -220,6 +221,8 @@ static int prism_flight_show(void *data, struct seq_file *m)
 	held_flow = pd->held_flow;
 	held_fair = pd->held_fair;
 	held_paced = pd->held_paced;
+	empty = pd->empty_dispatches;
+	parked = pd->nr_parked;
 	flow_window = prism_flow_window_now(pd, prism_tun(pd),
 					    prism_weights_differ_now(pd));
 	spin_unlock(&pd->lock);
@@ -231,7 +234,7 @@ static int prism_flight_show(void *data, struct seq_file *m)
 			   samples[t], div_u64(chain[t], NSEC_PER_USEC),
 			   chain_samples[t],
 			   chain_quick[t] * 100 / PRISM_QUICK_ONE);
-	seq_printf(m, "device_depth=%u lower_limit=%u window_us=%llu target_us=%llu bulk_us=%llu bulk_samples=%u solo_us=%llu solo_samples=%u floor_us=%llu floor_samples=%u lat_us=%llu cuts=%llu held_window=%llu held_depth=%llu window_runs=%lld flow_window_us=%llu held_flow=%llu held_fair=%llu lower_duty=%u held_paced=%llu\n",
+	seq_printf(m, "device_depth=%u lower_limit=%u window_us=%llu target_us=%llu bulk_us=%llu bulk_samples=%u solo_us=%llu solo_samples=%u floor_us=%llu floor_samples=%u lat_us=%llu cuts=%llu held_window=%llu held_depth=%llu window_runs=%lld flow_window_us=%llu held_flow=%llu held_fair=%llu lower_duty=%u held_paced=%llu empty_dispatches=%llu parked=%u\n",
 		   pd->device_depth, d.limit,
 		   div_u64(window, NSEC_PER_USEC),
 		   div_u64(target, NSEC_PER_USEC),
@@ -241,7 +244,7 @@ static int prism_flight_show(void *data, struct seq_file *m)
 		   div_u64(d.lat, NSEC_PER_USEC), d.cuts, held_window,
 		   held_depth, atomic64_read(&pd->window_runs),
 		   div_u64(flow_window, NSEC_PER_USEC), held_flow, held_fair,
-		   d.duty, held_paced);
+		   d.duty, held_paced, empty, parked);
 	return 0;
 }
 

@@ -74,14 +74,13 @@ const char *const prism_fifo_name[PRISM_NR_FIFOS] = {
 
 /*
  * Requests joined or left the queue: count them for has_work(), and what
- * waits is no longer only what the rate caps hold (see nr_capped).
+ * waits is no longer only what dispatch held back (see nr_parked).
  */
 static inline void prism_queued_add(struct prism_data *pd, int delta)
 {
 	lockdep_assert_held(&pd->lock);
 	WRITE_ONCE(pd->nr_queued, pd->nr_queued + delta);
-	if (pd->nr_capped)
-		WRITE_ONCE(pd->nr_capped, 0);
+	prism_unpark(pd);
 }
 
 /*
@@ -1470,13 +1469,18 @@ static u64 prism_window_end(struct prism_data *pd,
 	return end;
 }
 
-/* The queue is held for a closing window: run it when the window ends. */
+/*
+ * A hold ends with time (a window, a flow's wait, a paced gap) or was
+ * parked without a timer of its own: run the queue.
+ */
 static enum hrtimer_restart prism_window_timer(struct hrtimer *timer)
 {
 	struct prism_data *pd = container_of(timer, struct prism_data,
 					     window_timer);
 
 	atomic64_inc(&pd->window_runs);
+	/* Work again: the queue run below must find it. */
+	prism_unpark(pd);
 	blk_mq_run_hw_queues(pd->q, true);
 	return HRTIMER_NORESTART;
 }
@@ -1486,10 +1490,51 @@ static enum hrtimer_restart prism_rate_timer(struct hrtimer *timer)
 	struct prism_data *pd = container_of(timer, struct prism_data,
 					     rate_timer);
 
-	/* Work again: the queue run below must find it. */
-	WRITE_ONCE(pd->nr_capped, 0);
+	prism_unpark(pd);
 	blk_mq_run_hw_queues(pd->q, true);
 	return HRTIMER_NORESTART;
+}
+
+/*
+ * Run the queue at @end (ns, the monotonic clock) through the window
+ * timer, unless it is set to run sooner: a hold parks the queue, so a
+ * wake-up pushed later would be one lost (the earlier one only costs a
+ * dispatch that finds the hold and parks again). Under the lock.
+ */
+static void prism_wake_at(struct prism_data *pd, u64 end, u64 slack)
+{
+	struct hrtimer *timer = &pd->window_timer;
+	ktime_t at = ns_to_ktime(end);
+
+	if (hrtimer_is_queued(timer) &&
+	    ktime_before(hrtimer_get_softexpires(timer), at))
+		return;
+	hrtimer_start_range_ns(timer, at, slack, HRTIMER_MODE_ABS);
+}
+
+/*
+ * The longest the queue stays parked without a wake-up of the hold's
+ * own: a hold waiting for a completion (depth, fair cap) gets one, as
+ * if the completion were missed.
+ */
+#define PRISM_PARK_MAX		NSEC_PER_SEC
+
+/*
+ * Dispatch holds every queued request back, and has arranged (or is
+ * about to, before it unlocks) to run the queue when that may change:
+ * park it (see nr_parked). Not while a request prism did not dispatch is
+ * in the device (@foreign: a flush, a passthrough): its completion moves
+ * no count of prism's, and the view must see it leave (a flush ends a
+ * chain's link), so the core's re-run every 3 ms stays.
+ */
+static void prism_park(struct prism_data *pd, u32 foreign, u64 now)
+{
+	if (foreign)
+		return;
+	WRITE_ONCE(pd->parked_out, pd->view_out);
+	WRITE_ONCE(pd->nr_parked, pd->nr_queued);
+	prism_wake_at(pd, (now ?: ktime_get_ns()) + PRISM_PARK_MAX,
+		      NSEC_PER_MSEC * 10);
 }
 
 /* A tier's cap as device time per second (0: none), from the model. */
@@ -1525,30 +1570,25 @@ static bool prism_tier_throttled(struct prism_data *pd, int t, u64 rate,
 }
 
 /*
- * Throttled tiers wait: run the queue when the first bucket refills. If
- * their requests are all that is queued, has_work() says so meanwhile,
- * or the core would re-run the queue every few milliseconds for nothing.
+ * Throttled tiers wait, the queue parked meanwhile (prism_park()): run it
+ * when the first bucket refills.
  */
 static void prism_rate_hold(struct prism_data *pd,
 			    const struct prism_tunables *tun, u32 throttled,
 			    u64 now)
 {
 	u64 wait = U64_MAX;
-	u32 capped = 0;
 	int t;
 
 	for (t = 0; t < PRISM_NR_TIERS; t++) {
 		if (!(throttled & BIT(t)))
 			continue;
-		capped += tq_queued(&pd->tier[t]);
 		wait = min(wait, prism_bucket_wait(&pd->tier[t].bucket,
 						   prism_tier_rate(pd, tun, t),
 						   now));
 	}
 	if (wait == U64_MAX)
 		return;
-	if (capped == pd->nr_queued)
-		WRITE_ONCE(pd->nr_capped, capped);
 	hrtimer_start_range_ns(&pd->rate_timer, ns_to_ktime(wait),
 			       NSEC_PER_USEC * 100, HRTIMER_MODE_REL);
 }
@@ -1611,9 +1651,7 @@ static void prism_hold(struct prism_data *pd, struct blk_mq_hw_ctx *hctx,
 		pd->idle_flow = -1;
 	}
 	end = prism_window_end(pd, view, window);
-	hrtimer_start_range_ns(&pd->window_timer,
-			       ns_to_ktime(end > now ? end - now : 0),
-			       NSEC_PER_USEC * 50, HRTIMER_MODE_REL);
+	prism_wake_at(pd, max(end, now), NSEC_PER_USEC * 50);
 }
 
 /*
@@ -1629,6 +1667,8 @@ static void prism_flow_hold(struct prism_data *pd, struct blk_mq_hw_ctx *hctx,
 
 	prism_mark_restart(hctx);
 	pd->held_flow++;
+	if (!now)
+		now = ktime_get_ns();
 	if (prism_flow_owned(fl)) {
 		end = fl->dispatch_ns + PRISM_FLOW_WAIT_MAX;
 	} else {
@@ -1639,9 +1679,7 @@ static void prism_flow_hold(struct prism_data *pd, struct blk_mq_hw_ctx *hctx,
 			pd->idle_flow = prism_flow_slot(pd, fl);
 		}
 	}
-	hrtimer_start_range_ns(&pd->window_timer,
-			       ns_to_ktime(end > now ? end - now : 0),
-			       NSEC_PER_USEC * 50, HRTIMER_MODE_REL);
+	prism_wake_at(pd, max(end, now), NSEC_PER_USEC * 50);
 }
 
 static u32 prism_tier_limit(struct prism_data *pd, const struct prism_tunables *t,
@@ -1821,20 +1859,18 @@ static void prism_view_paced(struct prism_data *pd, struct prism_flight *f)
  * only at the next completion. The held tier is @first, the highest with
  * requests queued (prism_choose() holds no tier above it, and serves
  * none below it in its own right); its gap ends last of the tiers from
- * it down. A timer already set (a window, a flow's wait) ends sooner or
- * runs the queue, which sets this one again.
+ * it down. The window timer runs the queue then, unless it is set to run
+ * it sooner (a window, a flow's wait), which sets this one again.
  */
 static void prism_paced_hold(struct prism_data *pd,
-			     const struct prism_flight *f, int first)
+			     const struct prism_flight *f, int first, u64 now)
 {
 	u64 wait = prism_paced_wait(f, first);
 
 	if (!wait)
 		return;
 	pd->held_paced++;
-	if (!hrtimer_is_queued(&pd->window_timer))
-		hrtimer_start_range_ns(&pd->window_timer, ns_to_ktime(wait),
-				       NSEC_PER_MSEC, HRTIMER_MODE_REL);
+	prism_wake_at(pd, (now ?: ktime_get_ns()) + wait, NSEC_PER_MSEC);
 }
 
 /*
@@ -1896,12 +1932,18 @@ prism_choose_viewed(struct prism_data *pd, struct blk_mq_hw_ctx *hctx,
 		prism_view_paced(pd, &flight);
 	if (prism_choose(view, &pd->batch, tun, &flight, jiffies, c, &hold))
 		return true;
+	if (hold == PRISM_HOLD_NONE && !throttled)
+		return false;		/* nothing queued to hold */
+	/* Parked before the holds arm their timers, which unpark it. */
+	if (!*now)
+		*now = ktime_get_ns();
+	prism_park(pd, flight.foreign, *now);
 	if (hold == PRISM_HOLD_FLOW)
 		prism_flow_hold(pd, hctx, *waited, *now);
 	else if (hold != PRISM_HOLD_NONE)
 		prism_hold(pd, hctx, hold, view, *now, window);
 	if (hold == PRISM_HOLD_DEPTH && flight.lower_duty < PRISM_DUTY_FULL)
-		prism_paced_hold(pd, &flight, first);
+		prism_paced_hold(pd, &flight, first, *now);
 	if (throttled)
 		prism_rate_hold(pd, tun, throttled, *now);
 	return false;
@@ -2084,6 +2126,8 @@ static noinline struct request *prism_dispatch_choose(struct prism_data *pd,
 	 * closes it with time is found here.
 	 */
 	tick = jiffies;
+	/* Before anything is looked at: a completion from now unparks. */
+	pd->view_out = (u32)atomic64_read(&pd->owned_out);
 	prism_update_order(pd, q);
 	tun = prism_tun(pd);
 	differ = prism_weights_differ_now(pd);
@@ -2187,6 +2231,9 @@ turn:
 		if (fl == waited) {
 			/* Its new turn begins by waiting for it. */
 			prism_batch_wait_turn(&pd->batch, c.tier, c.flow);
+			if (!now)
+				now = ktime_get_ns();
+			prism_park(pd, 0, now);
 			prism_flow_hold(pd, hctx, fl, now);
 			return NULL;
 		}
@@ -2284,8 +2331,11 @@ static struct request *prism_dispatch_request(struct blk_mq_hw_ctx *hctx)
 					      queuelist);
 		if (!rq || pd->lane_checked != tick) {
 			rq = prism_dispatch_choose(pd, hctx);
-			if (!rq)
+			if (!rq) {
+				if (pd->nr_queued)
+					pd->empty_dispatches++;
 				goto unlock;
+			}
 			now = pd->chosen_now;
 		}
 	}
@@ -2304,10 +2354,14 @@ static bool prism_has_work(struct blk_mq_hw_ctx *hctx)
 	struct prism_data *pd = hctx->queue->elevator->elevator_data;
 	u32 queued = READ_ONCE(pd->nr_queued);
 
-	/* nr_capped is 0 whenever nr_queued is (prism_queued_add()). */
-	if (likely(queued != READ_ONCE(pd->nr_capped)))
+	/* nr_parked is 0 whenever nr_queued is (prism_queued_add()). */
+	if (likely(queued != READ_ONCE(pd->nr_parked)))
 		return true;
-	return queued && prism_draining(hctx->queue);
+	if (!queued)
+		return false;
+	/* Parked: work again once a request completed, or the queue drains. */
+	return (u32)atomic64_read(&pd->owned_out) != READ_ONCE(pd->parked_out) ||
+	       prism_draining(hctx->queue);
 }
 
 /* Whether a tier above @tier is active (prism_tier_active()); lockless. */

@@ -361,13 +361,12 @@ static ssize_t prism_attr_store(struct elevator_queue *e, const char *page,
 	if (id == PRISM_ATTR_LATENCY_HIST)
 		WRITE_ONCE(pd->latency_hist, val);
 	/*
-	 * A cap lifted or loosened (or a cost changed under one) must free
-	 * what its bucket holds now, not when the old bucket's timer fires:
-	 * while capped requests are all that is queued, has_work() says
-	 * there is none, and nothing else would run the queue.
+	 * A cap or a hold lifted or loosened (or a cost changed under one)
+	 * must free what it holds now, not when its timer fires: while the
+	 * queue is parked, has_work() says there is no work, and nothing
+	 * else would run the queue.
 	 */
-	if (pd->nr_capped)
-		WRITE_ONCE(pd->nr_capped, 0);
+	prism_unpark(pd);
 	spin_unlock(&pd->lock);
 	kfree_rcu(old, rcu);
 	blk_mq_run_hw_queues(pd->q, true);

@@ -2085,6 +2085,78 @@ def check_freeze_capped(ctx) -> dict:
     return {"ok": all(r["ok"] for r in runs), "bound_s": FREEZE_BOUND_S, "runs": runs}
 
 
+# hold_parks: what "a hold polls" means in numbers. While prism holds
+# every queued request back, blk-mq re-runs a queue whose dispatch
+# returned nothing every 3 ms (BLK_MQ_BUDGET_DELAY): about 333 empty
+# dispatches a second. Parked, a hold costs one or two a wake-up: here
+# the RT reader's completion and its next read, 2 a second each.
+PARK_EMPTY_PER_S_MAX = 10
+PARK_WINDOW_S = 4
+PARK_COMPLETION_US = 500000
+
+
+def hctx_runs(dev: str) -> int | None:
+    """blk-mq's count of queue runs over @dev's hardware queues (6.1's
+    debugfs "run"; 6.12 has none: None)."""
+    files = list((g.DEBUGFS / "block" / dev).glob("hctx*/run"))
+    return sum(int(f.read_text()) for f in files) if files else None
+
+
+def check_hold_parks(ctx) -> dict:
+    """A hold parks the queue instead of polling it: on a null_blk of one
+    slot that takes PARK_COMPLETION_US a request, an RT reader at iodepth
+    1 keeps the device busy and an IDLE reader at iodepth 8 waits beside
+    it (low_share 0: no share of LOW's wakes the queue), held for depth
+    while the RT read is in the device and for the window after it.
+    Over PARK_WINDOW_S, prism holds (debugfs flight's held_depth and
+    held_window) and fewer than PARK_EMPTY_PER_S_MAX dispatches a second
+    return nothing while requests are queued (empty_dispatches); the
+    books balance once the readers end. blk-mq's queue runs a second are
+    recorded where the kernel counts them (6.1), for comparison with
+    kernels whose prism has no empty_dispatches."""
+    with g.temporary_nullb("park", depth=1, completion_us=PARK_COMPLETION_US,
+                           size_mb=1024, memory_backed=False) as dev:
+        g.set_scheduler(dev, "prism", {"low_share": 0})
+        g.write_queue(dev, "nr_requests", 64)
+        rundir = Path(os.environ.get("PRISM_RUNDIR", "/tmp"))
+        jobfile = rundir / "hold-parks.fio"
+        jobfile.write_text(
+            f"[global]\nfilename=/dev/{dev}\ndirect=1\nioengine=libaio\nrw=randread\n"
+            f"bs=4k\ntime_based=1\nruntime={PARK_WINDOW_S + 4}\n\n"
+            "[rt]\nprioclass=1\niodepth=1\n\n"
+            "[idle]\nprioclass=3\niodepth=8\nstartdelay=1\n")
+        fio = subprocess.Popen(["fio", "--output-format=json", str(jobfile)],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(3)
+        before, runs_before, t0 = g.prism_flight(dev), hctx_runs(dev), time.monotonic()
+        low_queued = []
+        while time.monotonic() - t0 < PARK_WINDOW_S:
+            time.sleep(0.5)
+            low_queued.append(g.prism_tiers(dev)["low"]["queued"])
+        after, runs_after = g.prism_flight(dev), hctx_runs(dev)
+        seconds = time.monotonic() - t0
+        out, err = fio.communicate(timeout=120)
+        books = conservation(dev)
+        g.set_scheduler(dev, "none")
+    rep = json.loads(out) if fio.returncode == 0 else {"jobs": []}
+    ios = {j["jobname"]: j["read"]["total_ios"] for j in rep["jobs"]}
+    delta = {k: after[k] - before[k] for k in ("empty_dispatches", "held_window",
+                                             "held_depth", "window_runs")
+             if k in after and k in before}
+    empty_per_s = delta["empty_dispatches"] / seconds if "empty_dispatches" in delta else None
+    runs_per_s = ((runs_after - runs_before) / seconds
+                  if runs_before is not None and runs_after is not None else None)
+    held = delta.get("held_depth", 0) + delta.get("held_window", 0)
+    ok = (fio.returncode == 0 and held > 0 and max(low_queued) > 0
+          and empty_per_s is not None and empty_per_s < PARK_EMPTY_PER_S_MAX
+          and ios.get("rt", 0) > 0 and books["balanced"])
+    return {"ok": ok, "empty_per_s": empty_per_s and round(empty_per_s, 1),
+            "bound_per_s": PARK_EMPTY_PER_S_MAX,
+            "runs_per_s": runs_per_s and round(runs_per_s, 1), "held": delta,
+            "low_queued": low_queued, "window_s": round(seconds, 2), "ios": ios,
+            "fio_error": err[-500:] if err else "", **books}
+
+
 def driver_tags(dev: str) -> list[int]:
     """nr_tags of each hardware queue of @dev, from blk-mq's debugfs."""
     g.mount_debugfs()
@@ -2351,6 +2423,7 @@ CHECKS = [
     ("freeze_capped", check_freeze_capped),
     ("stress", check_stress),
     ("device_depth", check_device_depth),
+    ("hold_parks", check_hold_parks),
     ("unload", check_unload),
 ]
 
