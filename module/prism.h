@@ -186,11 +186,14 @@ struct prism_tier_queue {
 	atomic64_t merged_away;	/* finished without, merged into another */
 	unsigned long last_done;	/* jiffies of the last completion or flush seen */
 	/*
-	 * jiffies of the last completion but background writeback's, which
-	 * pacing lets through in the gaps (pick_writeback()) and so must not
-	 * restart them: prism_view_paced().
+	 * ns (the core's completion clock) of the last completion but
+	 * background writeback's, which pacing lets through in the gaps
+	 * (pick_writeback()) and so must not restart them:
+	 * prism_view_paced(). Stored only while the controller paces (its
+	 * duty below PRISM_DUTY_FULL), so that other completions do not
+	 * write this line; 0: none.
 	 */
-	unsigned long paced_done;
+	u64 paced_done_ns;
 	/*
 	 * In-flight control. done_ns: ktime of the last completion, written
 	 * locklessly by finish_request() (HIGH and NORMAL only: nothing waits

@@ -1835,22 +1835,23 @@ static bool prism_fair_full(struct prism_data *pd,
 /*
  * What pacing needs (see prism_depth_ctl.duty): the tiers' service time
  * on an idle device (unmeasured: none, and pacing only keeps them to one
- * at a time) and how long ago each tier's last paced request left the
- * device, to the jiffy. Not its last background write: one sent in each
- * gap would start the gap again, and the reads paced behind a steady
- * writeback would never be let in (pgbench beside an IDLE reader on the
- * small cloud volume: seconds without a read).
+ * at a time) and how long ago (from @now, ns) each tier's last paced
+ * request left the device, by the core's completion clock: a gap shorter
+ * than a jiffy stays that short. Not its last background write: one sent
+ * in each gap would start the gap again, and the reads paced behind a
+ * steady writeback would never be let in (pgbench beside an IDLE reader
+ * on the small cloud volume: seconds without a read).
  */
-static void prism_view_paced(struct prism_data *pd, struct prism_flight *f)
+static void prism_view_paced(struct prism_data *pd, struct prism_flight *f,
+			     u64 now)
 {
-	unsigned long now = jiffies;
 	int t;
 
 	f->lower_service = pd->depth.bulk_samples ? pd->depth.bulk : 0;
 	for (t = 0; t < PRISM_NR_TIERS; t++) {
-		unsigned long done = READ_ONCE(pd->tier[t].paced_done);
+		u64 done = READ_ONCE(pd->tier[t].paced_done_ns);
 
-		f->quiet[t] = done ? jiffies_to_nsecs(now - done) : ~0ULL;
+		f->quiet[t] = !done ? ~0ULL : now > done ? now - done : 0;
 	}
 }
 
@@ -1928,8 +1929,11 @@ prism_choose_viewed(struct prism_data *pd, struct blk_mq_hw_ctx *hctx,
 	flight.depth = depth;
 	flight.lower_limit = pd->depth.limit;
 	flight.lower_duty = pd->depth.duty;
-	if (flight.lower_duty < PRISM_DUTY_FULL)
-		prism_view_paced(pd, &flight);
+	if (flight.lower_duty < PRISM_DUTY_FULL) {
+		if (!*now)
+			*now = ktime_get_ns();
+		prism_view_paced(pd, &flight, *now);
+	}
 	if (prism_choose(view, &pd->batch, tun, &flight, jiffies, c, &hold))
 		return true;
 	if (hold == PRISM_HOLD_NONE && !throttled)
@@ -2535,7 +2539,8 @@ static noinline void prism_finish_timed(struct prism_data *pd,
 }
 
 /*
- * The books of a request prism owned, finished at @done (ns, 0: not read).
+ * The books of a request prism owned, finished at @done (ns, the core's
+ * completion clock; 0: freed without completing, or not read).
  * Inline in both callers below; the timed part goes out of line last, so
  * that the common path needs no register saved across a call.
  */
@@ -2563,9 +2568,9 @@ static __always_inline void __prism_finish(struct prism_data *pd,
 	/* One store per jiffy at most: this line is shared by completions. */
 	if (READ_ONCE(tq->last_done) != now)
 		WRITE_ONCE(tq->last_done, now);
-	if (READ_ONCE(tq->paced_done) != now &&
+	if (done && READ_ONCE(pd->depth.duty) < PRISM_DUTY_FULL &&
 	    !prism_op_background(rq->cmd_flags))
-		WRITE_ONCE(tq->paced_done, now);
+		WRITE_ONCE(tq->paced_done_ns, done);
 	learning = READ_ONCE(pd->learning);
 	if (learning || (st & (PRISM_RQ_TIMED | PRISM_RQ_IDLE_DEV)))
 		prism_finish_timed(pd, rq, tq, st, done, learning);
@@ -2576,15 +2581,15 @@ static __always_inline void __prism_finish(struct prism_data *pd,
  * a state that does not decode (the decoders warn and make do).
  */
 static noinline void prism_finish_slow(struct prism_data *pd,
-				       struct request *rq, unsigned long st)
+				       struct request *rq, unsigned long st,
+				       u64 done)
 {
-	u64 done;
-
 	if (!(st & PRISM_RQ_DISPATCHED) || !READ_ONCE(pd->flow_window)) {
-		__prism_finish(pd, rq, st, 0);
+		__prism_finish(pd, rq, st, done);
 		return;
 	}
-	done = ktime_get_ns();
+	if (!done)
+		done = ktime_get_ns();
 
 	/* Its flow's next request is judged from here. */
 	WRITE_ONCE(prism_rq_flow(pd, st)->done_ns, done);
@@ -2615,7 +2620,7 @@ static void prism_finish_request(struct request *rq)
 	pd = rq->q->elevator->elevator_data;
 	if (unlikely(!prism_state_valid(st)) ||
 	    ((st & PRISM_RQ_DISPATCHED) && READ_ONCE(pd->flow_window)))
-		prism_finish_slow(pd, rq, st);
+		prism_finish_slow(pd, rq, st, 0);
 	else
 		__prism_finish(pd, rq, st, 0);
 }
@@ -2657,9 +2662,9 @@ static void prism_completed_request(struct request *rq, u64 now)
 								device : 0)]);
 	}
 	if (READ_ONCE(pd->flow_window))
-		prism_finish_slow(pd, rq, st);
+		prism_finish_slow(pd, rq, st, now);
 	else
-		__prism_finish(pd, rq, st, 0);
+		__prism_finish(pd, rq, st, now);
 }
 
 /*
@@ -2855,7 +2860,6 @@ static int prism_init_sched(struct request_queue *q, struct elevator_type *e)
 		atomic64_set(&pd->tier[t].completed, 0);
 		atomic64_set(&pd->tier[t].merged_away, 0);
 		pd->tier[t].last_done = jiffies - HZ;
-		pd->tier[t].paced_done = jiffies - HZ;
 	}
 	atomic64_set(&pd->owned_out, 0);
 	prism_tunables_init(&tun->t, HZ);
