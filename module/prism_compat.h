@@ -1,14 +1,18 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /*
  * Every difference between the supported kernels (Debian's 6.1 and 6.12
- * LTS) that prism meets lives here, so the scheduler itself reads the same
- * for both. See ../shared/KERNEL-NOTES.md for how each was established.
+ * LTS, and trixie-backports' 7.3) that prism meets lives here, so the
+ * scheduler itself reads the same for all. See ../shared/KERNEL-NOTES.md
+ * for how each was established. A change is told by a macro it brought
+ * where there is one, by the matching block/ source (Kbuild) where a
+ * stable backport makes the version lie, else by the version.
  */
 #ifndef _PRISM_COMPAT_H
 #define _PRISM_COMPAT_H
 
 #include <linux/blk-mq.h>
 #include <linux/sbitmap.h>
+#include <linux/version.h>
 
 #include "prism_policy.h"
 
@@ -150,16 +154,29 @@ static inline bool prism_write_back(struct request_queue *q)
 }
 
 /*
+ * Whether the queue's device rotates: blk_queue_nonrot() until it gave
+ * way to its opposite, blk_queue_rot(), both macros of <linux/blkdev.h>.
+ */
+#ifndef blk_queue_nonrot
+#define blk_queue_nonrot(q)	(!blk_queue_rot(q))
+#endif
+
+/*
  * Writeback throttling off for prism's queues, as bfq does, and back to
  * the queue's default when prism leaves. 6.1's wbt_*_default() take the
- * queue; later kernels take the disk and keep an elevator flag that
+ * queue; later kernels take the disk and keep a flag that
  * wbt_enable_default() obeys (a queue re-registered under prism stays
- * off). The flag's macro tells which kernel this is.
+ * off): on 6.12 an elevator flag, on 7.x the queue flag
+ * QUEUE_FLAG_DISABLE_WBT_DEF (an enum: its test macro tells), which
+ * outlives the elevator, so prism clears it when it leaves.
  */
 static inline void prism_wbt_off(struct request_queue *q,
 				 struct elevator_queue *eq)
 {
-#ifdef ELEVATOR_FLAG_DISABLE_WBT
+#if defined(blk_queue_disable_wbt)
+	blk_queue_flag_set(QUEUE_FLAG_DISABLE_WBT_DEF, q);
+	wbt_disable_default(q->disk);
+#elif defined(ELEVATOR_FLAG_DISABLE_WBT)
 	set_bit(ELEVATOR_FLAG_DISABLE_WBT, &eq->flags);
 	wbt_disable_default(q->disk);
 #else
@@ -170,7 +187,10 @@ static inline void prism_wbt_off(struct request_queue *q,
 static inline void prism_wbt_default(struct request_queue *q,
 				     struct elevator_queue *eq)
 {
-#ifdef ELEVATOR_FLAG_DISABLE_WBT
+#if defined(blk_queue_disable_wbt)
+	blk_queue_flag_clear(QUEUE_FLAG_DISABLE_WBT_DEF, q);
+	wbt_enable_default(q->disk);
+#elif defined(ELEVATOR_FLAG_DISABLE_WBT)
 	clear_bit(ELEVATOR_FLAG_DISABLE_WBT, &eq->flags);
 	wbt_enable_default(q->disk);
 #else
