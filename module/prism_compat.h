@@ -11,6 +11,7 @@
 #define _PRISM_COMPAT_H
 
 #include <linux/blk-mq.h>
+#include <linux/hrtimer.h>
 #include <linux/sbitmap.h>
 #include <linux/version.h>
 
@@ -195,6 +196,22 @@ static inline void prism_wbt_default(struct request_queue *q,
 	wbt_enable_default(q->disk);
 #else
 	wbt_enable_default(q);
+#endif
+}
+
+/*
+ * A relative CLOCK_MONOTONIC hrtimer running @fn. hrtimer_setup() came in
+ * 6.13 and took over from hrtimer_init(), which later kernels no longer
+ * have; its callback became private to the timer code (__private).
+ */
+static inline void prism_hrtimer_setup(struct hrtimer *timer,
+				       enum hrtimer_restart (*fn)(struct hrtimer *))
+{
+#if LINUX_VERSION_CODE >= KERNEL_VERSION(6, 13, 0)
+	hrtimer_setup(timer, fn, CLOCK_MONOTONIC, HRTIMER_MODE_REL);
+#else
+	hrtimer_init(timer, CLOCK_MONOTONIC, HRTIMER_MODE_REL);
+	timer->function = fn;
 #endif
 }
 

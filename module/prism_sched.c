@@ -2829,10 +2829,8 @@ static int prism_init_sched(struct request_queue *q, struct elevator_type *e)
 	atomic64_set(&pd->lat.solo, 0);
 	atomic64_set(&pd->lat.bulk, 0);
 	atomic64_set(&pd->window_runs, 0);
-	hrtimer_init(&pd->window_timer, CLOCK_MONOTONIC, HRTIMER_MODE_REL);
-	pd->window_timer.function = prism_window_timer;
-	hrtimer_init(&pd->rate_timer, CLOCK_MONOTONIC, HRTIMER_MODE_REL);
-	pd->rate_timer.function = prism_rate_timer;
+	prism_hrtimer_setup(&pd->window_timer, prism_window_timer);
+	prism_hrtimer_setup(&pd->rate_timer, prism_rate_timer);
 
 	/* One queue for the whole device, as mq-deadline: priority is global. */
 	blk_queue_flag_set(QUEUE_FLAG_SQ_SCHED, q);
