@@ -155,6 +155,44 @@ static inline bool prism_write_back(struct request_queue *q)
 }
 
 /*
+ * init_sched() allocated its elevator_queue (elevator_alloc()) until 6.17
+ * and 6.16.y (49811586be37); since, the core allocates it, with the
+ * scheduler tags, before it freezes the queue, passes it in, and puts it
+ * when init_sched() fails; elevator_alloc() is no longer exported. A
+ * stable backport makes the version lie: the build tells from the
+ * source's elevator.h (PRISM_INIT_SCHED_EQ). prism_init_sched() takes a
+ * prism_init_sched_t, sets up the elevator_queue prism_init_eq() gives
+ * and, failing, hands it to prism_init_eq_failed().
+ */
+#ifdef PRISM_INIT_SCHED_EQ
+#define prism_init_sched_t struct elevator_queue *
+
+static inline struct elevator_queue *prism_init_eq(struct request_queue *q,
+						   struct elevator_queue *eq)
+{
+	return eq;
+}
+
+/* The core puts it (block/blk-mq-sched.c, blk_mq_init_sched()). */
+static inline void prism_init_eq_failed(struct elevator_queue *eq)
+{
+}
+#else
+#define prism_init_sched_t struct elevator_type *
+
+static inline struct elevator_queue *prism_init_eq(struct request_queue *q,
+						   struct elevator_type *e)
+{
+	return elevator_alloc(q, e);
+}
+
+static inline void prism_init_eq_failed(struct elevator_queue *eq)
+{
+	kobject_put(&eq->kobj);
+}
+#endif
+
+/*
  * Whether the queue's device rotates: blk_queue_nonrot() until it gave
  * way to its opposite, blk_queue_rot(), both macros of <linux/blkdev.h>.
  */

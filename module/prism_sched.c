@@ -2766,7 +2766,7 @@ static bool prism_bio_merge(struct request_queue *q, struct bio *bio,
 	return ret;
 }
 
-static int prism_init_sched(struct request_queue *q, struct elevator_type *e)
+static int prism_init_sched(struct request_queue *q, prism_init_sched_t arg)
 {
 	struct elevator_queue *eq;
 	struct prism_tun_rcu *tun;
@@ -2774,7 +2774,7 @@ static int prism_init_sched(struct request_queue *q, struct elevator_type *e)
 	struct prism_data *pd;
 	int t, f;
 
-	eq = elevator_alloc(q, e);
+	eq = prism_init_eq(q, arg);
 	if (!eq)
 		return -ENOMEM;
 
@@ -2787,7 +2787,7 @@ static int prism_init_sched(struct request_queue *q, struct elevator_type *e)
 		kfree(pd);
 		kfree(tun);
 		kvfree(flows);
-		kobject_put(&eq->kobj);
+		prism_init_eq_failed(eq);
 		return -ENOMEM;
 	}
 	eq->elevator_data = pd;
