@@ -193,6 +193,36 @@ static inline void prism_init_eq_failed(struct elevator_queue *eq)
 #endif
 
 /*
+ * Wake-up batches of the scheduler tags must suit the smallest shallow
+ * depth limit_depth() sets (1). depth_updated() ran for each hardware
+ * queue until 7d337eef4aff (6.18, and 6.17.y by backport); since, it runs
+ * once for the queue, after nr_requests or async_depth changed, and no
+ * longer when the scheduler starts, so init_hctx() sets each hardware
+ * queue's itself. Told from the source's elevator.h
+ * (PRISM_DEPTH_UPDATED_Q), as the backport makes the version lie.
+ */
+static inline void prism_hctx_min_shallow_depth(struct blk_mq_hw_ctx *hctx)
+{
+	sbitmap_queue_min_shallow_depth(&hctx->sched_tags->bitmap_tags, 1);
+}
+
+#ifdef PRISM_DEPTH_UPDATED_Q
+#define prism_depth_updated_t struct request_queue *
+
+static inline void prism_min_shallow_depth(struct request_queue *q)
+{
+	blk_mq_set_min_shallow_depth(q, 1);
+}
+#else
+#define prism_depth_updated_t struct blk_mq_hw_ctx *
+
+static inline void prism_min_shallow_depth(struct blk_mq_hw_ctx *hctx)
+{
+	prism_hctx_min_shallow_depth(hctx);
+}
+#endif
+
+/*
  * Whether the queue's device rotates: blk_queue_nonrot() until it gave
  * way to its opposite, blk_queue_rot(), both macros of <linux/blkdev.h>.
  */

@@ -2420,10 +2420,10 @@ static void prism_limit_depth(blk_opf_t opf, struct blk_mq_alloc_data *data)
 	prism_limit_depth_slow(pd, data, tier, nr, now);
 }
 
-static void prism_depth_updated(struct blk_mq_hw_ctx *hctx)
+/* See prism_compat.h: per hardware queue or per queue, as the kernel calls it. */
+static void prism_depth_updated(prism_depth_updated_t arg)
 {
-	/* Wake-up batches must suit the smallest shallow depth we set. */
-	sbitmap_queue_min_shallow_depth(&hctx->sched_tags->bitmap_tags, 1);
+	prism_min_shallow_depth(arg);
 }
 
 /*
@@ -2436,7 +2436,7 @@ static void prism_depth_updated(struct blk_mq_hw_ctx *hctx)
 static int prism_init_hctx(struct blk_mq_hw_ctx *hctx, unsigned int idx)
 {
 	hctx->sched_data = hctx->queue->elevator->elevator_data;
-	prism_depth_updated(hctx);
+	prism_hctx_min_shallow_depth(hctx);
 	return 0;
 }
 
