@@ -223,6 +223,22 @@ static inline void prism_min_shallow_depth(struct blk_mq_hw_ctx *hctx)
 #endif
 
 /*
+ * Since 7.0 the async-request limit is the queue's (q->async_depth,
+ * /sys/block/<dev>/queue/async_depth), which each scheduler sets when it
+ * starts and applies in its limit_depth() (mq-deadline.c:559, bfq's 3/4,
+ * kyber's 75 %); the core only scales it with nr_requests and calls
+ * depth_updated() when it is written. prism's tag limits are its own,
+ * so it sets no async limit, as mq-deadline by default: the attribute
+ * then reads as what prism does rather than the last scheduler's value.
+ */
+static inline void prism_async_depth_init(struct request_queue *q)
+{
+#if LINUX_VERSION_CODE >= KERNEL_VERSION(7, 0, 0)
+	q->async_depth = q->nr_requests;
+#endif
+}
+
+/*
  * Whether the queue's device rotates: blk_queue_nonrot() until it gave
  * way to its opposite, blk_queue_rot(), both macros of <linux/blkdev.h>.
  */

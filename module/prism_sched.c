@@ -2847,6 +2847,7 @@ static int prism_init_sched(struct request_queue *q, prism_init_sched_t arg)
 	prism_wbt_off(q, eq);
 
 	q->elevator = eq;
+	prism_async_depth_init(q);
 	return 0;
 }
 
