@@ -239,6 +239,69 @@ static inline void prism_async_depth_init(struct request_queue *q)
 }
 
 /*
+ * prism's debugfs files (queue_debugfs_attrs) find its data through
+ * q->elevator. On 6.1 and 6.12 the core removes them in
+ * blk_mq_exit_sched() before exit_sched() frees that data, and debugfs
+ * removal waits for readers. On 7.3 they are removed only after the
+ * switch, in elevator_change_done() (elevator.c:494, via
+ * elv_unregister_queue()), once the queue is unfrozen: a read between
+ * prism's exit_sched() and then would find q->elevator NULL or another
+ * scheduler's, and one that began before it, prism's data freed under
+ * it. q->elevator_lock (6.15) is held across each switch (asserted at
+ * elevator.c:568; taken at 616, 679, 709) and by the core's own debugfs
+ * files (blk-mq-debugfs.c:421); no debugfs file is removed under it, and
+ * a show allocates nothing (seq_read() sizes the buffer outside it), so
+ * a freeze cannot wait on a reader. Where it exists, a prism
+ * file is read under it, and only while q->elevator is prism's.
+ * PRISM_DEBUGFS_GUARD(show) defines that locked show as
+ * prism_debugfs_guarded(show); on older kernels it is the show itself.
+ */
+#if LINUX_VERSION_CODE >= KERNEL_VERSION(6, 15, 0)
+static inline int prism_debugfs_lock(struct request_queue *q)
+{
+	int ret = mutex_lock_interruptible(&q->elevator_lock);
+
+	if (ret)
+		return ret;
+	if (!q->elevator || q->elevator->type->elevator_owner != THIS_MODULE) {
+		mutex_unlock(&q->elevator_lock);
+		return -ENODEV;
+	}
+	return 0;
+}
+
+static inline void prism_debugfs_unlock(struct request_queue *q)
+{
+	mutex_unlock(&q->elevator_lock);
+}
+
+#define PRISM_DEBUGFS_GUARD(show)					\
+static int show##_guarded(void *data, struct seq_file *m)		\
+{									\
+	int ret = prism_debugfs_lock(data);				\
+									\
+	if (ret)							\
+		return ret;						\
+	ret = show(data, m);						\
+	prism_debugfs_unlock(data);					\
+	return ret;							\
+}
+#define prism_debugfs_guarded(show)	show##_guarded
+#else
+static inline int prism_debugfs_lock(struct request_queue *q)
+{
+	return 0;
+}
+
+static inline void prism_debugfs_unlock(struct request_queue *q)
+{
+}
+
+#define PRISM_DEBUGFS_GUARD(show)
+#define prism_debugfs_guarded(show)	show
+#endif
+
+/*
  * Whether the queue's device rotates: blk_queue_nonrot() until it gave
  * way to its opposite, blk_queue_rot(), both macros of <linux/blkdev.h>.
  */
