@@ -4,8 +4,10 @@
  * LTS, and trixie-backports' 7.3) that prism meets lives here, so the
  * scheduler itself reads the same for all. See ../shared/KERNEL-NOTES.md
  * for how each was established. A change is told by a macro it brought
- * where there is one, by the matching block/ source (Kbuild) where a
- * stable backport makes the version lie, else by the version.
+ * where there is one, else at build time from the very source and
+ * headers the module is built against (Kbuild defines PRISM_*): a
+ * version number would lie where a stable release took the change, and
+ * checkpatch rejects LINUX_VERSION_CODE.
  */
 #ifndef _PRISM_COMPAT_H
 #define _PRISM_COMPAT_H
@@ -13,7 +15,6 @@
 #include <linux/blk-mq.h>
 #include <linux/hrtimer.h>
 #include <linux/sbitmap.h>
-#include <linux/version.h>
 
 #include "prism_policy.h"
 
@@ -230,10 +231,12 @@ static inline void prism_min_shallow_depth(struct blk_mq_hw_ctx *hctx)
  * depth_updated() when it is written. prism's tag limits are its own,
  * so it sets no async limit, as mq-deadline by default: the attribute
  * then reads as what prism does rather than the last scheduler's value.
+ * The build looks for the field in <linux/blkdev.h>
+ * (PRISM_QUEUE_ASYNC_DEPTH).
  */
 static inline void prism_async_depth_init(struct request_queue *q)
 {
-#if LINUX_VERSION_CODE >= KERNEL_VERSION(7, 0, 0)
+#ifdef PRISM_QUEUE_ASYNC_DEPTH
 	q->async_depth = q->nr_requests;
 #endif
 }
@@ -252,11 +255,11 @@ static inline void prism_async_depth_init(struct request_queue *q)
  * files (blk-mq-debugfs.c:421); no debugfs file is removed under it, and
  * a show allocates nothing (seq_read() sizes the buffer outside it), so
  * a freeze cannot wait on a reader. Where it exists, a prism
- * file is read under it, and only while q->elevator is prism's.
- * PRISM_DEBUGFS_GUARD(show) defines that locked show as
- * prism_debugfs_guarded(show); on older kernels it is the show itself.
+ * file is read under it, and only while q->elevator is prism's; the
+ * build looks for the lock in <linux/blkdev.h> (PRISM_ELEVATOR_LOCK).
+ * Before, these do nothing.
  */
-#if LINUX_VERSION_CODE >= KERNEL_VERSION(6, 15, 0)
+#ifdef PRISM_ELEVATOR_LOCK
 static inline int prism_debugfs_lock(struct request_queue *q)
 {
 	int ret = mutex_lock_interruptible(&q->elevator_lock);
@@ -274,19 +277,6 @@ static inline void prism_debugfs_unlock(struct request_queue *q)
 {
 	mutex_unlock(&q->elevator_lock);
 }
-
-#define PRISM_DEBUGFS_GUARD(show)					\
-static int show##_guarded(void *data, struct seq_file *m)		\
-{									\
-	int ret = prism_debugfs_lock(data);				\
-									\
-	if (ret)							\
-		return ret;						\
-	ret = show(data, m);						\
-	prism_debugfs_unlock(data);					\
-	return ret;							\
-}
-#define prism_debugfs_guarded(show)	show##_guarded
 #else
 static inline int prism_debugfs_lock(struct request_queue *q)
 {
@@ -296,9 +286,6 @@ static inline int prism_debugfs_lock(struct request_queue *q)
 static inline void prism_debugfs_unlock(struct request_queue *q)
 {
 }
-
-#define PRISM_DEBUGFS_GUARD(show)
-#define prism_debugfs_guarded(show)	show
 #endif
 
 /*
@@ -349,12 +336,13 @@ static inline void prism_wbt_default(struct request_queue *q,
 /*
  * A relative CLOCK_MONOTONIC hrtimer running @fn. hrtimer_setup() came in
  * 6.13 and took over from hrtimer_init(), which later kernels no longer
- * have; its callback became private to the timer code (__private).
+ * have; its callback became private to the timer code (__private). The
+ * build looks for it in <linux/hrtimer.h> (PRISM_HRTIMER_SETUP).
  */
 static inline void prism_hrtimer_setup(struct hrtimer *timer,
 				       enum hrtimer_restart (*fn)(struct hrtimer *))
 {
-#if LINUX_VERSION_CODE >= KERNEL_VERSION(6, 13, 0)
+#ifdef PRISM_HRTIMER_SETUP
 	hrtimer_setup(timer, fn, CLOCK_MONOTONIC, HRTIMER_MODE_REL);
 #else
 	hrtimer_init(timer, CLOCK_MONOTONIC, HRTIMER_MODE_REL);
