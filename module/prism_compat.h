@@ -1,13 +1,19 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /*
  * Every difference between the supported kernels (Debian's 6.1 and 6.12
- * LTS) that prism meets lives here, so the scheduler itself reads the same
- * for both. See ../shared/KERNEL-NOTES.md for how each was established.
+ * LTS, and trixie-backports' 7.3) that prism meets lives here, so the
+ * scheduler itself reads the same for all. See ../shared/KERNEL-NOTES.md
+ * for how each was established. A change is told by a macro it brought
+ * where there is one, else at build time from the very source and
+ * headers the module is built against (Kbuild defines PRISM_*): a
+ * version number would lie where a stable release took the change, and
+ * checkpatch rejects LINUX_VERSION_CODE.
  */
 #ifndef _PRISM_COMPAT_H
 #define _PRISM_COMPAT_H
 
 #include <linux/blk-mq.h>
+#include <linux/hrtimer.h>
 #include <linux/sbitmap.h>
 
 #include "prism_policy.h"
@@ -150,16 +156,162 @@ static inline bool prism_write_back(struct request_queue *q)
 }
 
 /*
+ * init_sched() allocated its elevator_queue (elevator_alloc()) until 6.17
+ * and 6.16.y (49811586be37); since, the core allocates it, with the
+ * scheduler tags, before it freezes the queue, passes it in, and puts it
+ * when init_sched() fails; elevator_alloc() is no longer exported. A
+ * stable backport makes the version lie: the build tells from the
+ * source's elevator.h (PRISM_INIT_SCHED_EQ). prism_init_sched() takes a
+ * prism_init_sched_t, sets up the elevator_queue prism_init_eq() gives
+ * and, failing, hands it to prism_init_eq_failed().
+ */
+#ifdef PRISM_INIT_SCHED_EQ
+#define prism_init_sched_t struct elevator_queue *
+
+static inline struct elevator_queue *prism_init_eq(struct request_queue *q,
+						   struct elevator_queue *eq)
+{
+	return eq;
+}
+
+/* The core puts it (block/blk-mq-sched.c, blk_mq_init_sched()). */
+static inline void prism_init_eq_failed(struct elevator_queue *eq)
+{
+}
+#else
+#define prism_init_sched_t struct elevator_type *
+
+static inline struct elevator_queue *prism_init_eq(struct request_queue *q,
+						   struct elevator_type *e)
+{
+	return elevator_alloc(q, e);
+}
+
+static inline void prism_init_eq_failed(struct elevator_queue *eq)
+{
+	kobject_put(&eq->kobj);
+}
+#endif
+
+/*
+ * Wake-up batches of the scheduler tags must suit the smallest shallow
+ * depth limit_depth() sets (1). depth_updated() ran for each hardware
+ * queue until 7d337eef4aff (6.18, and 6.17.y by backport); since, it runs
+ * once for the queue, after nr_requests or async_depth changed, and no
+ * longer when the scheduler starts, so init_hctx() sets each hardware
+ * queue's itself. Told from the source's elevator.h
+ * (PRISM_DEPTH_UPDATED_Q), as the backport makes the version lie.
+ */
+static inline void prism_hctx_min_shallow_depth(struct blk_mq_hw_ctx *hctx)
+{
+	sbitmap_queue_min_shallow_depth(&hctx->sched_tags->bitmap_tags, 1);
+}
+
+#ifdef PRISM_DEPTH_UPDATED_Q
+#define prism_depth_updated_t struct request_queue *
+
+static inline void prism_min_shallow_depth(struct request_queue *q)
+{
+	blk_mq_set_min_shallow_depth(q, 1);
+}
+#else
+#define prism_depth_updated_t struct blk_mq_hw_ctx *
+
+static inline void prism_min_shallow_depth(struct blk_mq_hw_ctx *hctx)
+{
+	prism_hctx_min_shallow_depth(hctx);
+}
+#endif
+
+/*
+ * Since 7.0 the async-request limit is the queue's (q->async_depth,
+ * /sys/block/<dev>/queue/async_depth), which each scheduler sets when it
+ * starts and applies in its limit_depth() (mq-deadline.c:559, bfq's 3/4,
+ * kyber's 75 %); the core only scales it with nr_requests and calls
+ * depth_updated() when it is written. prism's tag limits are its own,
+ * so it sets no async limit, as mq-deadline by default: the attribute
+ * then reads as what prism does rather than the last scheduler's value.
+ * The build looks for the field in <linux/blkdev.h>
+ * (PRISM_QUEUE_ASYNC_DEPTH).
+ */
+static inline void prism_async_depth_init(struct request_queue *q)
+{
+#ifdef PRISM_QUEUE_ASYNC_DEPTH
+	q->async_depth = q->nr_requests;
+#endif
+}
+
+/*
+ * prism's debugfs files (queue_debugfs_attrs) find its data through
+ * q->elevator. On 6.1 and 6.12 the core removes them in
+ * blk_mq_exit_sched() before exit_sched() frees that data, and debugfs
+ * removal waits for readers. On 7.3 they are removed only after the
+ * switch, in elevator_change_done() (elevator.c:494, via
+ * elv_unregister_queue()), once the queue is unfrozen: a read between
+ * prism's exit_sched() and then would find q->elevator NULL or another
+ * scheduler's, and one that began before it, prism's data freed under
+ * it. q->elevator_lock (6.15) is held across each switch (asserted at
+ * elevator.c:568; taken at 616, 679, 709) and by the core's own debugfs
+ * files (blk-mq-debugfs.c:421); no debugfs file is removed under it, and
+ * a show allocates nothing (seq_read() sizes the buffer outside it), so
+ * a freeze cannot wait on a reader. Where it exists, a prism
+ * file is read under it, and only while q->elevator is prism's; the
+ * build looks for the lock in <linux/blkdev.h> (PRISM_ELEVATOR_LOCK).
+ * Before, these do nothing.
+ */
+#ifdef PRISM_ELEVATOR_LOCK
+static inline int prism_debugfs_lock(struct request_queue *q)
+{
+	int ret = mutex_lock_interruptible(&q->elevator_lock);
+
+	if (ret)
+		return ret;
+	if (!q->elevator || q->elevator->type->elevator_owner != THIS_MODULE) {
+		mutex_unlock(&q->elevator_lock);
+		return -ENODEV;
+	}
+	return 0;
+}
+
+static inline void prism_debugfs_unlock(struct request_queue *q)
+{
+	mutex_unlock(&q->elevator_lock);
+}
+#else
+static inline int prism_debugfs_lock(struct request_queue *q)
+{
+	return 0;
+}
+
+static inline void prism_debugfs_unlock(struct request_queue *q)
+{
+}
+#endif
+
+/*
+ * Whether the queue's device rotates: blk_queue_nonrot() until it gave
+ * way to its opposite, blk_queue_rot(), both macros of <linux/blkdev.h>.
+ */
+#ifndef blk_queue_nonrot
+#define blk_queue_nonrot(q)	(!blk_queue_rot(q))
+#endif
+
+/*
  * Writeback throttling off for prism's queues, as bfq does, and back to
  * the queue's default when prism leaves. 6.1's wbt_*_default() take the
- * queue; later kernels take the disk and keep an elevator flag that
+ * queue; later kernels take the disk and keep a flag that
  * wbt_enable_default() obeys (a queue re-registered under prism stays
- * off). The flag's macro tells which kernel this is.
+ * off): on 6.12 an elevator flag, on 7.x the queue flag
+ * QUEUE_FLAG_DISABLE_WBT_DEF (an enum: its test macro tells), which
+ * outlives the elevator, so prism clears it when it leaves.
  */
 static inline void prism_wbt_off(struct request_queue *q,
 				 struct elevator_queue *eq)
 {
-#ifdef ELEVATOR_FLAG_DISABLE_WBT
+#if defined(blk_queue_disable_wbt)
+	blk_queue_flag_set(QUEUE_FLAG_DISABLE_WBT_DEF, q);
+	wbt_disable_default(q->disk);
+#elif defined(ELEVATOR_FLAG_DISABLE_WBT)
 	set_bit(ELEVATOR_FLAG_DISABLE_WBT, &eq->flags);
 	wbt_disable_default(q->disk);
 #else
@@ -170,11 +322,31 @@ static inline void prism_wbt_off(struct request_queue *q,
 static inline void prism_wbt_default(struct request_queue *q,
 				     struct elevator_queue *eq)
 {
-#ifdef ELEVATOR_FLAG_DISABLE_WBT
+#if defined(blk_queue_disable_wbt)
+	blk_queue_flag_clear(QUEUE_FLAG_DISABLE_WBT_DEF, q);
+	wbt_enable_default(q->disk);
+#elif defined(ELEVATOR_FLAG_DISABLE_WBT)
 	clear_bit(ELEVATOR_FLAG_DISABLE_WBT, &eq->flags);
 	wbt_enable_default(q->disk);
 #else
 	wbt_enable_default(q);
+#endif
+}
+
+/*
+ * A relative CLOCK_MONOTONIC hrtimer running @fn. hrtimer_setup() came in
+ * 6.13 and took over from hrtimer_init(), which later kernels no longer
+ * have; its callback became private to the timer code (__private). The
+ * build looks for it in <linux/hrtimer.h> (PRISM_HRTIMER_SETUP).
+ */
+static inline void prism_hrtimer_setup(struct hrtimer *timer,
+				       enum hrtimer_restart (*fn)(struct hrtimer *))
+{
+#ifdef PRISM_HRTIMER_SETUP
+	hrtimer_setup(timer, fn, CLOCK_MONOTONIC, HRTIMER_MODE_REL);
+#else
+	hrtimer_init(timer, CLOCK_MONOTONIC, HRTIMER_MODE_REL);
+	timer->function = fn;
 #endif
 }
 

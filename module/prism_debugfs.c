@@ -297,14 +297,18 @@ static ssize_t prism_latency_write(void *data, const char __user *buf,
 				   size_t count, loff_t *ppos)
 {
 	struct request_queue *q = data;
-	struct prism_data *pd = q->elevator->elevator_data;
+	struct prism_data *pd;
 	char kbuf[4] = {};
-	int t, d, b;
+	int t, d, b, ret;
 
 	if (count > sizeof(kbuf) - 1 || copy_from_user(kbuf, buf, count))
 		return -EINVAL;
 	if (strcmp(strim(kbuf), "0"))
 		return -EINVAL;
+	ret = prism_debugfs_lock(q);
+	if (ret)
+		return ret;
+	pd = q->elevator->elevator_data;
 	spin_lock(&pd->lock);
 	memset(pd->hist_wait, 0, sizeof(pd->hist_wait));
 	spin_unlock(&pd->lock);
@@ -312,16 +316,42 @@ static ssize_t prism_latency_write(void *data, const char __user *buf,
 		for (d = 0; d < PRISM_NR_DIRS; d++)
 			for (b = 0; b < PRISM_HIST_BUCKETS; b++)
 				atomic64_set(&pd->hist_device[t][d][b], 0);
+	prism_debugfs_unlock(q);
 	return count;
 }
 
+/*
+ * Each show runs under prism_debugfs_lock() (see prism_compat.h): where
+ * the core may leave these files up past exit_sched(), only while
+ * prism is the queue's elevator; elsewhere it takes nothing.
+ */
+#define PRISM_DEBUGFS_GUARD(show)					\
+static int show##_guarded(void *data, struct seq_file *m)		\
+{									\
+	int ret = prism_debugfs_lock(data);				\
+									\
+	if (ret)							\
+		return ret;						\
+	ret = show(data, m);						\
+	prism_debugfs_unlock(data);					\
+	return ret;							\
+}
+
+PRISM_DEBUGFS_GUARD(prism_latency_show)
+PRISM_DEBUGFS_GUARD(prism_flight_show)
+PRISM_DEBUGFS_GUARD(prism_tiers_show)
+PRISM_DEBUGFS_GUARD(prism_batch_show)
+PRISM_DEBUGFS_GUARD(prism_streams_show)
+PRISM_DEBUGFS_GUARD(prism_flows_show)
+PRISM_DEBUGFS_GUARD(prism_cost_show)
+
 const struct blk_mq_debugfs_attr prism_queue_debugfs_attrs[] = {
-	{"latency", 0600, prism_latency_show, prism_latency_write},
-	{"flight", 0400, prism_flight_show},
-	{"tiers", 0400, prism_tiers_show},
-	{"batch", 0400, prism_batch_show},
-	{"streams", 0400, prism_streams_show},
-	{"flows", 0400, prism_flows_show},
-	{"cost", 0400, prism_cost_show},
+	{"latency", 0600, prism_latency_show_guarded, prism_latency_write},
+	{"flight", 0400, prism_flight_show_guarded},
+	{"tiers", 0400, prism_tiers_show_guarded},
+	{"batch", 0400, prism_batch_show_guarded},
+	{"streams", 0400, prism_streams_show_guarded},
+	{"flows", 0400, prism_flows_show_guarded},
+	{"cost", 0400, prism_cost_show_guarded},
 	{},
 };

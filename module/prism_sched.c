@@ -2478,10 +2478,10 @@ static void prism_limit_depth(blk_opf_t opf, struct blk_mq_alloc_data *data)
 	prism_limit_depth_slow(pd, data, tier, nr, now);
 }
 
-static void prism_depth_updated(struct blk_mq_hw_ctx *hctx)
+/* See prism_compat.h: per hardware queue or per queue, as the kernel calls it. */
+static void prism_depth_updated(prism_depth_updated_t arg)
 {
-	/* Wake-up batches must suit the smallest shallow depth we set. */
-	sbitmap_queue_min_shallow_depth(&hctx->sched_tags->bitmap_tags, 1);
+	prism_min_shallow_depth(arg);
 }
 
 /*
@@ -2494,7 +2494,7 @@ static void prism_depth_updated(struct blk_mq_hw_ctx *hctx)
 static int prism_init_hctx(struct blk_mq_hw_ctx *hctx, unsigned int idx)
 {
 	hctx->sched_data = hctx->queue->elevator->elevator_data;
-	prism_depth_updated(hctx);
+	prism_hctx_min_shallow_depth(hctx);
 	return 0;
 }
 
@@ -2825,7 +2825,7 @@ static bool prism_bio_merge(struct request_queue *q, struct bio *bio,
 	return ret;
 }
 
-static int prism_init_sched(struct request_queue *q, struct elevator_type *e)
+static int prism_init_sched(struct request_queue *q, prism_init_sched_t arg)
 {
 	struct elevator_queue *eq;
 	struct prism_tun_rcu *tun;
@@ -2833,7 +2833,7 @@ static int prism_init_sched(struct request_queue *q, struct elevator_type *e)
 	struct prism_data *pd;
 	int t, f;
 
-	eq = elevator_alloc(q, e);
+	eq = prism_init_eq(q, arg);
 	if (!eq)
 		return -ENOMEM;
 
@@ -2846,7 +2846,7 @@ static int prism_init_sched(struct request_queue *q, struct elevator_type *e)
 		kfree(pd);
 		kfree(tun);
 		kvfree(flows);
-		kobject_put(&eq->kobj);
+		prism_init_eq_failed(eq);
 		return -ENOMEM;
 	}
 	eq->elevator_data = pd;
@@ -2887,10 +2887,8 @@ static int prism_init_sched(struct request_queue *q, struct elevator_type *e)
 	atomic64_set(&pd->lat.solo, 0);
 	atomic64_set(&pd->lat.bulk, 0);
 	atomic64_set(&pd->window_runs, 0);
-	hrtimer_init(&pd->window_timer, CLOCK_MONOTONIC, HRTIMER_MODE_REL);
-	pd->window_timer.function = prism_window_timer;
-	hrtimer_init(&pd->rate_timer, CLOCK_MONOTONIC, HRTIMER_MODE_REL);
-	pd->rate_timer.function = prism_rate_timer;
+	prism_hrtimer_setup(&pd->window_timer, prism_window_timer);
+	prism_hrtimer_setup(&pd->rate_timer, prism_rate_timer);
 
 	/* One queue for the whole device, as mq-deadline: priority is global. */
 	blk_queue_flag_set(QUEUE_FLAG_SQ_SCHED, q);
@@ -2907,6 +2905,7 @@ static int prism_init_sched(struct request_queue *q, struct elevator_type *e)
 	prism_wbt_off(q, eq);
 
 	q->elevator = eq;
+	prism_async_depth_init(q);
 	return 0;
 }
 
