@@ -186,8 +186,8 @@ struct prism_tier_queue {
 	atomic64_t merged_away;	/* finished without, merged into another */
 	unsigned long last_done;	/* jiffies of the last completion or flush seen */
 	/*
-	 * ns (the core's completion clock) of the last completion but
-	 * background writeback's, which pacing lets through in the gaps
+	 * ns of the last completion (NORMAL and LOW) but background
+	 * writeback's, which pacing lets through in the gaps
 	 * (pick_writeback()) and so must not restart them:
 	 * prism_view_paced(). Stored only while the controller paces (its
 	 * duty below PRISM_DUTY_FULL), so that other completions do not
@@ -275,8 +275,8 @@ struct prism_data {
 	 * nr_queued, and parked_out the low bits of owned_out before the
 	 * dispatch looked; while both still hold, has_work() says there is
 	 * no work, instead of blk-mq re-running a queue that returned
-	 * nothing every 3 ms (BLK_MQ_BUDGET_DELAY). An insert, a timer or a
-	 * store clears nr_parked; a completion moves owned_out.
+	 * nothing every 3 ms (BLK_MQ_BUDGET_DELAY). An insert or a removal, a
+	 * timer or a store clears nr_parked; a completion moves owned_out.
 	 * view_out: owned_out as the current dispatch found it.
 	 */
 	u32 nr_queued;

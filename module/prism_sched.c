@@ -44,8 +44,8 @@
  * context, never take the lock: they write a tier's completion time
  * (done_ns, WRITE_ONCE; dispatch may also move it forward while a flush
  * runs) and add device times to atomic accumulators that dispatch folds
- * into the depth controller under the lock. The window timer only runs
- * the queue.
+ * into the depth controller under the lock. The timers unpark the queue
+ * (see prism_park()) and run it.
  *
  * Books: a request that prism inserted is counted once in "inserted"
  * and once where it finishes: in "completed" if prism dispatched it (by
@@ -1479,7 +1479,8 @@ static enum hrtimer_restart prism_window_timer(struct hrtimer *timer)
 					     window_timer);
 
 	atomic64_inc(&pd->window_runs);
-	/* Work again: the queue run below must find it. */
+	/* Work again: the queue run below must find it (see prism_park()). */
+	smp_mb();
 	prism_unpark(pd);
 	blk_mq_run_hw_queues(pd->q, true);
 	return HRTIMER_NORESTART;
@@ -1490,6 +1491,7 @@ static enum hrtimer_restart prism_rate_timer(struct hrtimer *timer)
 	struct prism_data *pd = container_of(timer, struct prism_data,
 					     rate_timer);
 
+	smp_mb();	/* see prism_park() */
 	prism_unpark(pd);
 	blk_mq_run_hw_queues(pd->q, true);
 	return HRTIMER_NORESTART;
@@ -1532,9 +1534,14 @@ static void prism_park(struct prism_data *pd, u32 foreign, u64 now)
 	if (foreign)
 		return;
 	WRITE_ONCE(pd->parked_out, pd->view_out);
-	WRITE_ONCE(pd->nr_parked, pd->nr_queued);
-	prism_wake_at(pd, (now ?: ktime_get_ns()) + PRISM_PARK_MAX,
-		      NSEC_PER_MSEC * 10);
+	/*
+	 * Ordered before prism_wake_at() reads the window timer's state, as a
+	 * timer callback's smp_mb() orders its state cleared before it reads
+	 * nr_parked: either the callback sees the park, or the park sees the
+	 * timer gone and arms it again.
+	 */
+	smp_store_mb(pd->nr_parked, pd->nr_queued);
+	prism_wake_at(pd, now + PRISM_PARK_MAX, NSEC_PER_MSEC * 10);
 }
 
 /* A tier's cap as device time per second (0: none), from the model. */
@@ -1613,11 +1620,13 @@ static void prism_mark_restart(struct blk_mq_hw_ctx *hctx)
 }
 
 /*
- * Nothing dispatched although requests are queued: make sure the queue
- * runs again when that can change. A completion (the restart flag) frees
- * room in the device; the timer closes an anticipation window. The core
- * re-runs a queue that returned nothing after BLK_MQ_BUDGET_DELAY (3 ms)
- * as well, so a hold cannot hang the queue even if both were missed.
+ * Nothing dispatched although requests are queued, the queue parked: make
+ * sure it runs again when that can change. A completion (the restart
+ * flag) frees room in the device; the timer closes an anticipation
+ * window. A depth hold with nothing of the tiers above in the device may
+ * end with time alone (their "recent" guard lapses, the controller lifts
+ * its limit: both after PRISM_DEPTH_QUIET): the timer runs the queue then
+ * too. prism_park()'s timer covers a wake-up missed all the same.
  */
 static void prism_hold(struct prism_data *pd, struct blk_mq_hw_ctx *hctx,
 		       enum prism_hold hold,
@@ -1633,6 +1642,10 @@ static void prism_hold(struct prism_data *pd, struct blk_mq_hw_ctx *hctx,
 	}
 	if (hold != PRISM_HOLD_WINDOW) {
 		pd->held_depth++;
+		if (hold == PRISM_HOLD_DEPTH &&
+		    !prism_inflight(&pd->tier[PRISM_HIGH]) &&
+		    !prism_inflight(&pd->tier[PRISM_NORMAL]))
+			prism_wake_at(pd, now + PRISM_DEPTH_QUIET, NSEC_PER_MSEC);
 		return;
 	}
 	pd->held_window++;
@@ -1667,8 +1680,6 @@ static void prism_flow_hold(struct prism_data *pd, struct blk_mq_hw_ctx *hctx,
 
 	prism_mark_restart(hctx);
 	pd->held_flow++;
-	if (!now)
-		now = ktime_get_ns();
 	if (prism_flow_owned(fl)) {
 		end = fl->dispatch_ns + PRISM_FLOW_WAIT_MAX;
 	} else {
@@ -1836,8 +1847,8 @@ static bool prism_fair_full(struct prism_data *pd,
  * What pacing needs (see prism_depth_ctl.duty): the tiers' service time
  * on an idle device (unmeasured: none, and pacing only keeps them to one
  * at a time) and how long ago (from @now, ns) each tier's last paced
- * request left the device, by the core's completion clock: a gap shorter
- * than a jiffy stays that short. Not its last background write: one sent
+ * request left the device, read where it completed: a gap shorter than
+ * a jiffy stays that short. Not its last background write: one sent
  * in each gap would start the gap again, and the reads paced behind a
  * steady writeback would never be let in (pgbench beside an IDLE reader
  * on the small cloud volume: seconds without a read).
@@ -1871,7 +1882,7 @@ static void prism_paced_hold(struct prism_data *pd,
 	if (!wait)
 		return;
 	pd->held_paced++;
-	prism_wake_at(pd, (now ?: ktime_get_ns()) + wait, NSEC_PER_MSEC);
+	prism_wake_at(pd, now + wait, NSEC_PER_MSEC);
 }
 
 /*
@@ -2130,8 +2141,12 @@ static noinline struct request *prism_dispatch_choose(struct prism_data *pd,
 	 * closes it with time is found here.
 	 */
 	tick = jiffies;
-	/* Before anything is looked at: a completion from now unparks. */
-	pd->view_out = (u32)atomic64_read(&pd->owned_out);
+	/*
+	 * Before anything is looked at: a completion from now unparks. An
+	 * acquire, paired with __prism_finish(): a completion counted here is
+	 * in the tiers' books the view reads.
+	 */
+	pd->view_out = (u32)atomic64_read_acquire(&pd->owned_out);
 	prism_update_order(pd, q);
 	tun = prism_tun(pd);
 	differ = prism_weights_differ_now(pd);
@@ -2539,8 +2554,7 @@ static noinline void prism_finish_timed(struct prism_data *pd,
 }
 
 /*
- * The books of a request prism owned, finished at @done (ns, the core's
- * completion clock; 0: freed without completing, or not read).
+ * The books of a request prism owned, finished at @done (ns, 0: not read).
  * Inline in both callers below; the timed part goes out of line last, so
  * that the common path needs no register saved across a call.
  */
@@ -2557,20 +2571,29 @@ static __always_inline void __prism_finish(struct prism_data *pd,
 	 * and nothing below touches the flow.
 	 */
 	atomic64_inc(&prism_rq_flow(pd, st)->finished);
-	atomic64_inc(&pd->owned_out);
 	/* Finished twice (6.1 flush paths) must not count twice. */
 	prism_rq_set_state(rq, 0);
+	/*
+	 * The tier's books before owned_out, which unparks the queue: a
+	 * dispatch that saw owned_out move (view_out) must see the request
+	 * out of flight, or it would park on a hold the completion ended.
+	 */
 	if (!(st & PRISM_RQ_DISPATCHED)) {
 		atomic64_inc(&tq->merged_away);
+		smp_mb__before_atomic();	/* the books, then owned_out */
+		atomic64_inc(&pd->owned_out);
 		return;
 	}
 	atomic64_inc(&tq->completed);
+	smp_mb__before_atomic();	/* the books, then owned_out */
+	atomic64_inc(&pd->owned_out);
 	/* One store per jiffy at most: this line is shared by completions. */
 	if (READ_ONCE(tq->last_done) != now)
 		WRITE_ONCE(tq->last_done, now);
-	if (done && READ_ONCE(pd->depth.duty) < PRISM_DUTY_FULL &&
+	if (tq != &pd->tier[PRISM_HIGH] &&
+	    READ_ONCE(pd->depth.duty) < PRISM_DUTY_FULL &&
 	    !prism_op_background(rq->cmd_flags))
-		WRITE_ONCE(tq->paced_done_ns, done);
+		WRITE_ONCE(tq->paced_done_ns, done ?: ktime_get_ns());
 	learning = READ_ONCE(pd->learning);
 	if (learning || (st & (PRISM_RQ_TIMED | PRISM_RQ_IDLE_DEV)))
 		prism_finish_timed(pd, rq, tq, st, done, learning);
@@ -2581,15 +2604,15 @@ static __always_inline void __prism_finish(struct prism_data *pd,
  * a state that does not decode (the decoders warn and make do).
  */
 static noinline void prism_finish_slow(struct prism_data *pd,
-				       struct request *rq, unsigned long st,
-				       u64 done)
+				       struct request *rq, unsigned long st)
 {
+	u64 done;
+
 	if (!(st & PRISM_RQ_DISPATCHED) || !READ_ONCE(pd->flow_window)) {
-		__prism_finish(pd, rq, st, done);
+		__prism_finish(pd, rq, st, 0);
 		return;
 	}
-	if (!done)
-		done = ktime_get_ns();
+	done = ktime_get_ns();
 
 	/* Its flow's next request is judged from here. */
 	WRITE_ONCE(prism_rq_flow(pd, st)->done_ns, done);
@@ -2620,7 +2643,7 @@ static void prism_finish_request(struct request *rq)
 	pd = rq->q->elevator->elevator_data;
 	if (unlikely(!prism_state_valid(st)) ||
 	    ((st & PRISM_RQ_DISPATCHED) && READ_ONCE(pd->flow_window)))
-		prism_finish_slow(pd, rq, st, 0);
+		prism_finish_slow(pd, rq, st);
 	else
 		__prism_finish(pd, rq, st, 0);
 }
@@ -2662,9 +2685,9 @@ static void prism_completed_request(struct request *rq, u64 now)
 								device : 0)]);
 	}
 	if (READ_ONCE(pd->flow_window))
-		prism_finish_slow(pd, rq, st, now);
+		prism_finish_slow(pd, rq, st);
 	else
-		__prism_finish(pd, rq, st, now);
+		__prism_finish(pd, rq, st, 0);
 }
 
 /*
