@@ -354,6 +354,7 @@ struct prism_data {
 	u64 held_paced;		/* depth holds that waited for a paced gap */
 	u64 held_flow;
 	u64 held_fair;		/* holds at a tier's fair_cap */
+	u64 tags_short;		/* holds waived: their tier was tagless */
 	u64 idle_since;		/* ns: a window hold began; 0: none */
 	int idle_tier;		/* the tier it held for */
 	int idle_flow;		/* the flow slot it idled for, -1: a tier */

@@ -80,6 +80,8 @@ bool prism_tunables_valid(const struct prism_tunables *t)
 	       t->be_low_min <= 8 && t->share[PRISM_NORMAL] <= PRISM_SHARE_MAX &&
 	       t->share[PRISM_LOW] <= PRISM_SHARE_MAX &&
 	       t->anticipate >= PRISM_AUTO && t->flow_idle >= PRISM_AUTO &&
+	       t->anticipate <= (s64)PRISM_ACTIVE_NS &&
+	       t->flow_idle <= (s64)PRISM_ACTIVE_NS &&
 	       t->quantum && t->rate_burst &&
 	       t->flow_depth >= 1 && t->flow_depth <= 100;
 }
@@ -366,6 +368,10 @@ static void batch_close(struct prism_batch *b)
  * The highest queued tier at its fair_cap in flight (weights differ
  * among its flows; see prism_fair_cap()) waits for a slot to free, and
  * so does everything below it but shares and aging.
+ *
+ * No tier is held for one that owns nothing and could not get a
+ * scheduler tag (f->tagless): the tiers below own the tags it waits for,
+ * and only their completions free them.
  */
 bool prism_choose(const struct prism_tier_view view[PRISM_NR_TIERS],
 		  struct prism_batch *b, const struct prism_tunables *t,
@@ -389,6 +395,12 @@ bool prism_choose(const struct prism_tier_view view[PRISM_NR_TIERS],
 		return false;
 
 	prism_choice_plain(c);
+	c->unheld = false;
+	if (guard < tier && (f->tagless & (1U << guard))) {
+		/* Nothing held for a tier that cannot get a tag. */
+		c->unheld = true;
+		guard = tier;
+	}
 
 	if (pick_aged(view, guard, t, now, c) ||
 	    pick_share(view, guard, b, t, f, c, &owed)) {
@@ -696,7 +708,7 @@ void prism_bulk_sample(struct prism_depth_ctl *d, u64 service)
 
 /*
  * Lift the limit once the higher tiers have been quiet a while: no sample
- * for PRISM_DEPTH_QUIET and nothing of theirs in the device. A request
+ * for PRISM_ACTIVE_NS and nothing of theirs in the device. A request
  * still in flight is not quiet: on a queueing disk it may be the one
  * starved behind the bulk work, and lifting the limit then would hand
  * the drive back to the bulk work at the worst moment. Or at once when
@@ -709,7 +721,7 @@ void prism_depth_idle(struct prism_depth_ctl *d, u64 now, u32 depth,
 {
 	if ((d->limit != depth || d->duty != PRISM_DUTY_FULL) &&
 	    (!contended || (!higher_inflight &&
-	     (!d->last_sample || now - d->last_sample > PRISM_DEPTH_QUIET)))) {
+	     (!d->last_sample || now - d->last_sample > PRISM_ACTIVE_NS)))) {
 		d->limit = depth ? depth : 1;
 		d->duty = PRISM_DUTY_FULL;
 	}

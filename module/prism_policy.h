@@ -198,7 +198,7 @@ struct prism_tier_view {
 	 */
 	bool flushing;
 	/*
-	 * A request of this tier completed within PRISM_DEPTH_QUIET, the time
+	 * A request of this tier completed within PRISM_ACTIVE_NS, the time
 	 * after which the depth controller lifts its limit: the tier still
 	 * runs its transactions, though nothing of it is in the device now.
 	 * While the controller limits, the tiers below keep to it (see
@@ -235,6 +235,13 @@ struct prism_flight {
 	u32 lower_duty;
 	u64 lower_service;
 	u64 quiet[PRISM_NR_TIERS];
+	/*
+	 * Tiers, by bit, that own nothing and whose next request could not
+	 * get a scheduler tag now (the requests owned fill every tag it may
+	 * allocate from): no hold is made for them, since what it holds
+	 * back owns the tags they wait for.
+	 */
+	u32 tagless;
 };
 
 /*
@@ -280,6 +287,7 @@ struct prism_choice {
 	bool shared;		/* the same, because the tier was owed its share */
 	bool expired;		/* the FIFO head had passed its deadline */
 	bool batch;		/* continues the open batch */
+	bool unheld;		/* a hold was waived: its tier was tagless */
 };
 
 /* Why prism_choose() dispatched nothing although requests are queued. */
@@ -422,12 +430,19 @@ static inline bool prism_sorted(enum prism_sort_mode mode, bool rotational)
 }
 
 /*
- * Tag reserve. A tier counts as active, for the reserve kept for it, while
- * it owns requests (inserted, not yet completed) and for PRISM_ACTIVE_MS
- * after its last completion: the next link of a chain of dependent I/Os
- * (a commit) arrives within that gap and must still find its reserve.
+ * The activity clock, one for the tag reserve and the holds. A tier is
+ * active while it owns requests (inserted, not yet completed) and for
+ * PRISM_ACTIVE_NS after its last completion: the next link of a chain of
+ * dependent I/Os (a commit) arrives within that gap and must still find
+ * its reserve. No hold lasts past it (the anticipation and flow windows
+ * are kept within it, and the depth controller's limit lapses with it),
+ * so a tier the holds protect is a tier the reserve protects: with the
+ * reserve lifted at 50 ms and the holds at 100, a reader thinking 60 ms
+ * came back to find every tag taken by a tier its own hold kept out of
+ * the device.
  */
-#define PRISM_ACTIVE_MS		50
+#define PRISM_ACTIVE_NS		100000000ULL	/* 100 ms */
+#define PRISM_ACTIVE_MS		100
 
 static inline bool prism_tier_active(u64 owned, unsigned long last_done,
 				     unsigned long now, unsigned int hz)
@@ -673,8 +688,6 @@ static inline bool prism_depth_limits(u32 limit, u32 duty, u32 depth)
  */
 #define PRISM_PACED_GAP_MAX	500000000ULL	/* 500 ms */
 
-/* A higher tier silent this long no longer limits the tiers below it. */
-#define PRISM_DEPTH_QUIET	100000000ULL	/* 100 ms */
 
 #define PRISM_WINDOW_MIN	500000ULL	/* 0.5 ms */
 #define PRISM_WINDOW_MAX	20000000ULL	/* 20 ms */

@@ -879,13 +879,13 @@ static noinline bool prism_recently_done(struct prism_data *pd,
 }
 
 /*
- * A request of @tq completed within PRISM_DEPTH_QUIET (see
+ * A request of @tq completed within PRISM_ACTIVE_NS (see
  * prism_tier_view.recent); jiffies only.
  */
 static __always_inline bool prism_tier_recent(struct prism_tier_queue *tq,
 					      unsigned long now)
 {
-	unsigned long quiet = msecs_to_jiffies(PRISM_DEPTH_QUIET /
+	unsigned long quiet = msecs_to_jiffies(PRISM_ACTIVE_NS /
 					       NSEC_PER_MSEC);
 
 	return time_before(now, READ_ONCE(tq->last_done) + quiet);
@@ -1234,7 +1234,7 @@ static bool prism_lat_take(atomic64_t *acc, u64 *mean)
 
 /*
  * Whether two tiers or more are about: own requests or completed one
- * within PRISM_DEPTH_QUIET. Otherwise the depth controller has nothing to
+ * within PRISM_ACTIVE_NS. Otherwise the depth controller has nothing to
  * limit (prism_depth_observe(), prism_depth_idle()).
  */
 static bool prism_tiers_contend(struct prism_data *pd)
@@ -1625,7 +1625,7 @@ static void prism_mark_restart(struct blk_mq_hw_ctx *hctx)
  * flag) frees room in the device; the timer closes an anticipation
  * window. A depth hold with nothing of the tiers above in the device may
  * end with time alone (their "recent" guard lapses, the controller lifts
- * its limit: both after PRISM_DEPTH_QUIET): the timer runs the queue then
+ * its limit: both after PRISM_ACTIVE_NS): the timer runs the queue then
  * too. prism_park()'s timer covers a wake-up missed all the same.
  */
 static void prism_hold(struct prism_data *pd, struct blk_mq_hw_ctx *hctx,
@@ -1645,7 +1645,7 @@ static void prism_hold(struct prism_data *pd, struct blk_mq_hw_ctx *hctx,
 		if (hold == PRISM_HOLD_DEPTH &&
 		    !prism_inflight(&pd->tier[PRISM_HIGH]) &&
 		    !prism_inflight(&pd->tier[PRISM_NORMAL]))
-			prism_wake_at(pd, now + PRISM_DEPTH_QUIET, NSEC_PER_MSEC);
+			prism_wake_at(pd, now + PRISM_ACTIVE_NS, NSEC_PER_MSEC);
 		return;
 	}
 	pd->held_window++;
@@ -1697,20 +1697,36 @@ static u32 prism_tier_limit(struct prism_data *pd, const struct prism_tunables *
 			    enum prism_tier tier, u32 nr, unsigned long now);
 
 /*
- * Whether @fl's next request could get a scheduler tag: not while the
+ * Whether @tier's next request could get a scheduler tag: not while the
  * requests owned fill every tag, or the part of them its tier's tag
- * reserve lets it allocate from (see prism_tier_limit()). Idling for a
- * flow that cannot submit only keeps the tags from coming free: on a
- * depth-1 disk at the kernel's default nr_requests of 2, two other
- * flows' queued requests are enough.
+ * reserve lets it allocate from (see prism_tier_limit()). Holding the
+ * device for a tier or a flow that cannot submit only keeps the tags from
+ * coming free: on a depth-1 disk at the kernel's default nr_requests of
+ * 2, two other flows' queued requests are enough.
  */
-static bool prism_flow_can_allocate(struct prism_data *pd,
-				    struct prism_flow *fl)
+static bool prism_tier_can_allocate(struct prism_data *pd,
+				    enum prism_tier tier)
 {
 	u32 nr = pd->q->nr_requests, limit;
 
-	limit = prism_tier_limit(pd, prism_tun(pd), fl->tier, nr, jiffies);
+	limit = prism_tier_limit(pd, prism_tun(pd), tier, nr, jiffies);
 	return prism_owned_total(pd) < (limit ? limit : nr);
+}
+
+/*
+ * The tiers above @first that own nothing and could not get a tag
+ * (prism_flight.tagless): prism_choose() holds nothing for them.
+ */
+static u32 prism_view_tagless(struct prism_data *pd, int first)
+{
+	u32 tagless = 0;
+	int t;
+
+	for (t = 0; t < first; t++)
+		if (!prism_owned(&pd->tier[t]) &&
+		    !prism_tier_can_allocate(pd, t))
+			tagless |= BIT(t);
+	return tagless;
 }
 
 /*
@@ -1731,7 +1747,7 @@ static struct prism_flow *prism_flow_waited(struct prism_data *pd,
 	if (!fl->key || fl->tier != pd->batch.tier || fl->fq.backlogged ||
 	    (throttled & BIT(fl->tier)) ||
 	    prism_flow_wait_yields(&view[fl->tier]) ||
-	    !prism_flow_can_allocate(pd, fl))
+	    !prism_tier_can_allocate(pd, fl->tier))
 		return NULL;
 	fl->wait_window = prism_flow_idle_window(depth,
 						 !blk_queue_nonrot(pd->q),
@@ -1945,8 +1961,12 @@ prism_choose_viewed(struct prism_data *pd, struct blk_mq_hw_ctx *hctx,
 			*now = ktime_get_ns();
 		prism_view_paced(pd, &flight, *now);
 	}
-	if (prism_choose(view, &pd->batch, tun, &flight, jiffies, c, &hold))
+	flight.tagless = prism_view_tagless(pd, first);
+	if (prism_choose(view, &pd->batch, tun, &flight, jiffies, c, &hold)) {
+		if (c->unheld)
+			pd->tags_short++;
 		return true;
+	}
 	if (hold == PRISM_HOLD_NONE && !throttled)
 		return false;		/* nothing queued to hold */
 	/* Parked before the holds arm their timers, which unpark it. */

@@ -70,9 +70,12 @@ static const struct prism_attr_range prism_attr_ranges[] = {
 	[PRISM_ATTR_SORT_MODE]		= { 0, 2 },
 	[PRISM_ATTR_NORMAL_SHARE]	= { 0, PRISM_SHARE_MAX },
 	[PRISM_ATTR_LOW_SHARE]		= { 0, PRISM_SHARE_MAX },
-	/* -1: automatic; a window is at most a second, a target ten. */
-	[PRISM_ATTR_ANTICIPATE_US]	= { PRISM_AUTO, USEC_PER_SEC },
-	[PRISM_ATTR_FLOW_IDLE_US]	= { PRISM_AUTO, USEC_PER_SEC },
+	/*
+	 * -1: automatic; a window lasts at most the activity clock (no hold
+	 * outlasts the tag reserve: PRISM_ACTIVE_NS), a target ten seconds.
+	 */
+	[PRISM_ATTR_ANTICIPATE_US]	= { PRISM_AUTO, PRISM_ACTIVE_NS / NSEC_PER_USEC },
+	[PRISM_ATTR_FLOW_IDLE_US]	= { PRISM_AUTO, PRISM_ACTIVE_NS / NSEC_PER_USEC },
 	[PRISM_ATTR_TARGET_LATENCY_US]	= { 0, 10 * USEC_PER_SEC },
 	[PRISM_ATTR_SYNC_WRITE_EXPIRE]	= { 0, PRISM_MAX_MSECS },
 	/* A turn of 10 us to 1 s; cost coefficients 0 (default) or more. */

@@ -43,8 +43,8 @@ TUNABLES = {
     "sort_mode": (0, 2, 0, 2),
     "normal_share": (25, 30, 0, 50),
     "low_share": (10, 20, 0, 50),
-    "anticipate_us": (-1, 2000, -1, 1000000),
-    "flow_idle_us": (-1, 4000, -1, 1000000),
+    "anticipate_us": (-1, 2000, -1, 100000),
+    "flow_idle_us": (-1, 4000, -1, 100000),
     "target_latency_us": (0, 5000, 0, 10000000),
     "quantum_us": (16000, 8000, 10, 1000000),
     "flow_depth": (50, 75, 1, 100),
@@ -2157,6 +2157,83 @@ def check_hold_parks(ctx) -> dict:
             "fio_error": err[-500:] if err else "", **books}
 
 
+# The scenario of issue 40's defect 2: a null_blk of 64 slots of 5 ms,
+# nr_requests 8, an RT reader that thinks 60 ms after every 50 reads and a
+# BE7 reader at iodepth 64, the depth controller aiming at 1 ms.
+TAGS_SHORT_THINK_US = 60000
+TAGS_SHORT_PAIRS = 2
+
+
+def tags_short_run(dev: str, deep: bool) -> dict:
+    """One run for check_tags_short: the RT reader alone or beside the
+    deep BE7 one, on a fresh prism."""
+    g.set_scheduler(dev, "none")
+    g.set_scheduler(dev, "prism", {"target_latency_us": 1000})
+    g.write_queue(dev, "nr_requests", 8)
+    args = ["--direct=1", "--ioengine=libaio", "--runtime=6", "--time_based=1",
+            "--group_reporting=0", f"--filename=/dev/{dev}", "--rw=randread", "--bs=4k",
+            "--lat_percentiles=1", "--exitall", "--name=rt", "--iodepth=1",
+            "--prioclass=1", "--prio=0", f"--thinktime={TAGS_SHORT_THINK_US}",
+            "--thinktime_blocks=50"]
+    if deep:
+        # A second after the RT reader: what is checked is its return
+        # from thinking, not which of two new readers fio starts first.
+        args += ["--name=be7", "--iodepth=64", "--prioclass=2", "--prio=7",
+                 "--offset=512M", "--startdelay=1"]
+    before = g.prism_flight(dev)
+    rep = g.fio(args=args, timeout=120)
+    after = g.prism_flight(dev)
+    rt = job(rep, "rt")
+    slat = next(j for j in rep["jobs"] if j["jobname"] == "rt")["read"]["slat_ns"]
+    # Submission included (lat, not clat): a reader short of a tag waits
+    # in io_submit(), in tag allocation (slat).
+    out = {"rt_p99_us": rt["p99_us"], "rt_ios": rt["ios"],
+           "rt_slat_mean_us": round(slat["mean"] / 1000, 1),
+           "rt_slat_max_us": round(slat["max"] / 1000, 1),
+           "low_max_owned": g.prism_tiers(dev)["low"]["max_owned"],
+           "balanced": conservation(dev)["balanced"]}
+    for k in ("held_window", "held_depth", "held_paced", "tags_short"):
+        if k in after:
+            out[k] = after[k] - before.get(k, 0)
+    if deep:
+        out["be7_ios"] = job(rep, "be7")["ios"]
+    return out
+
+
+def check_tags_short(ctx) -> dict:
+    """No hold while the tier it protects cannot get a scheduler tag
+    (issue 40, defect 2). In the scenario above the RT reader's think time
+    let the BE7 reader take every scheduler tag (the reserve lapsed at 50
+    ms, the holds at 100); a hold for RT then kept BE7's requests, and so
+    the tags RT waits for, out of the device. With the reserve on the
+    holds' activity clock BE7 keeps to its part of the tags, and a hold is
+    waived while RT cannot allocate (debugfs flight's tags_short counts
+    the waivers); the RT reader's P99 beside BE7 stays within
+    TAGS_SHORT_P99_MAX of its P99 alone, in one boot, runs interleaved;
+    BE7 keeps moving."""
+    dev = ctx["nullb_tags"]
+    runs = []
+    for _ in range(TAGS_SHORT_PAIRS):
+        runs.append({"deep": False, **tags_short_run(dev, False)})
+        runs.append({"deep": True, **tags_short_run(dev, True)})
+    g.set_scheduler(dev, "none")
+    alone = sorted(r["rt_p99_us"] for r in runs if not r["deep"])
+    beside = sorted(r["rt_p99_us"] for r in runs if r["deep"])
+    ratio = (sum(beside) / len(beside)) / max(1.0, sum(alone) / len(alone))
+    # The tag reserve covers the RT reader's think time (the holds' clock):
+    # BE7 never owns more than low_depth (50%) of the 8 tags, one of slack
+    # for the allocation that raced the RT reader's return.
+    owned_max = max(r["low_max_owned"] for r in runs if r["deep"])
+    ok = (ratio <= TAGS_SHORT_P99_MAX and owned_max <= 8 * 50 // 100 + 1
+          and all(r["balanced"] and r["rt_ios"] > 0 for r in runs)
+          and all(r["be7_ios"] > 0 for r in runs if r["deep"]))
+    return {"ok": ok, "p99_ratio": round(ratio, 2), "bound": TAGS_SHORT_P99_MAX,
+            "low_max_owned": owned_max, "runs": runs}
+
+
+TAGS_SHORT_P99_MAX = 2.0
+
+
 def driver_tags(dev: str) -> list[int]:
     """nr_tags of each hardware queue of @dev, from blk-mq's debugfs."""
     g.mount_debugfs()
@@ -2424,6 +2501,7 @@ CHECKS = [
     ("stress", check_stress),
     ("device_depth", check_device_depth),
     ("hold_parks", check_hold_parks),
+    ("tags_short", check_tags_short),
     ("unload", check_unload),
 ]
 
@@ -2438,7 +2516,7 @@ CHECKS = [
 SAME_ON_EVERY_KERNEL = ["drive_hdd", "cost_learn_hdd", "sync_chain_hdd", "priority_latency_nvme",
                         "priority_latency", "share", "flows_greedy",
                         "flow_shares", "flow_idle_hdd", "flow_idle_queueing", "fair_depth",
-                        "flow_idle_flash", "aging", "share_sweep", "rate_cap"]
+                        "flow_idle_flash", "aging", "share_sweep", "rate_cap", "tags_short"]
 
 
 def setup() -> dict:

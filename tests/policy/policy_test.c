@@ -894,6 +894,49 @@ TEST(lower_tier_held_while_higher_anticipated)
 	CHECK_EQ(hold, PRISM_HOLD_NONE);
 }
 
+TEST(no_hold_for_a_tier_that_cannot_get_a_tag)
+{
+	CHOOSE_SETUP;
+	enum prism_hold hold;
+	struct prism_flight tagless = depth1;
+
+	/* HIGH anticipated, recent and in the controller's limit: held. */
+	view_set(v, PRISM_LOW, PRISM_READ, 8, 10);
+	v[PRISM_HIGH].anticipated = true;
+	v[PRISM_HIGH].recent = true;
+	tagless.depth = 64;
+	tagless.lower_limit = 1;
+	v[PRISM_LOW].inflight = 1;
+	CHECK(!mech_choose(v, &b, &t, &tagless, 20, &c, &hold));
+	CHECK_EQ(hold, PRISM_HOLD_WINDOW);
+	/* LOW owns every tag HIGH could take: nothing held for HIGH. */
+	tagless.tagless = 1U << PRISM_HIGH;
+	CHECK(mech_choose(v, &b, &t, &tagless, 20, &c, &hold));
+	CHECK_EQ(c.tier, PRISM_LOW);
+	CHECK(c.unheld);
+	CHECK_EQ(hold, PRISM_HOLD_NONE);
+	/* Past the window LOW is still kept to the limit, then not. */
+	v[PRISM_HIGH].anticipated = false;
+	tagless.tagless = 0;
+	CHECK(!mech_choose(v, &b, &t, &tagless, 20, &c, &hold));
+	CHECK_EQ(hold, PRISM_HOLD_DEPTH);
+	tagless.tagless = 1U << PRISM_HIGH;
+	CHECK(mech_choose(v, &b, &t, &tagless, 20, &c, &hold));
+	CHECK(c.unheld);
+	/* A tagless tier below the guard does not lift the guard's hold. */
+	tagless.tagless = 1U << PRISM_NORMAL;
+	v[PRISM_HIGH].anticipated = true;
+	CHECK(!mech_choose(v, &b, &t, &tagless, 20, &c, &hold));
+	CHECK_EQ(hold, PRISM_HOLD_WINDOW);
+	/* Nor does one for a tier that holds nothing back: plain dispatch. */
+	view_clear(v);
+	view_set(v, PRISM_HIGH, PRISM_READ, 1, 15);
+	tagless.tagless = 1U << PRISM_HIGH;
+	CHECK(mech_choose(v, &b, &t, &tagless, 20, &c, &hold));
+	CHECK_EQ(c.tier, PRISM_HIGH);
+	CHECK(!c.unheld);
+}
+
 TEST(a_sync_write_chain_holds_low_but_not_normal)
 {
 	CHOOSE_SETUP;
@@ -1387,11 +1430,11 @@ TEST(depth_limit_floor_auto_target_and_release)
 	prism_depth_sample(&d, &t, 1 * MS, false, 114 * MS, 64);
 	CHECK_EQ(d.limit, 13);
 	/* Quiet higher tiers lift it; not before, nor with one in flight. */
-	prism_depth_idle(&d, 114 * MS + PRISM_DEPTH_QUIET, 64, false, true);
+	prism_depth_idle(&d, 114 * MS + PRISM_ACTIVE_NS, 64, false, true);
 	CHECK_EQ(d.limit, 13);
-	prism_depth_idle(&d, 115 * MS + PRISM_DEPTH_QUIET, 64, true, true);
+	prism_depth_idle(&d, 115 * MS + PRISM_ACTIVE_NS, 64, true, true);
 	CHECK_EQ(d.limit, 13);
-	prism_depth_idle(&d, 115 * MS + PRISM_DEPTH_QUIET, 64, false, true);
+	prism_depth_idle(&d, 115 * MS + PRISM_ACTIVE_NS, 64, false, true);
 	CHECK_EQ(d.limit, 64);
 }
 
@@ -1465,7 +1508,7 @@ TEST(pacing_below_one_request_halves_grows_and_lifts)
 	/* A quiet higher tier lifts both. */
 	d.limit = 1;
 	d.duty = 10;
-	prism_depth_idle(&d, 170 * MS + PRISM_DEPTH_QUIET + 1, 8, false, true);
+	prism_depth_idle(&d, 170 * MS + PRISM_ACTIVE_NS + 1, 8, false, true);
 	CHECK_EQ(d.limit, 8);
 	CHECK_EQ(d.duty, PRISM_DUTY_FULL);
 	/* A device that takes one request: nothing to pace against. */
