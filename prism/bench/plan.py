@@ -4,6 +4,7 @@ per kernel (or on a real device), and write the report."""
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import json
 import os
 import shlex
@@ -39,6 +40,39 @@ def device_name(name: str) -> str:
     return DEVICE_ALIASES.get(name, name)
 
 
+# The in-tree schedulers' tunables (queue/iosched/*) on the supported
+# kernels (block/mq-deadline.c, kyber-iosched.c, bfq-iosched.c); prism's
+# are read from the module's source (build.module_tunables).
+IN_TREE_TUNABLES = {
+    "none": (),
+    "mq-deadline": ("read_expire", "write_expire", "writes_starved", "front_merges",
+                    "async_depth", "fifo_batch", "prio_aging_expire"),
+    "kyber": ("read_lat_nsec", "write_lat_nsec"),
+    "bfq": ("fifo_expire_sync", "fifo_expire_async", "back_seek_max", "back_seek_penalty",
+            "slice_idle", "slice_idle_us", "max_budget", "timeout_sync", "strict_guarantees",
+            "low_latency"),
+}
+
+
+def scheduler_tunables(name: str) -> list[str]:
+    """The tunables scheduler @name offers."""
+    return build.module_tunables() if name == "prism" else list(IN_TREE_TUNABLES[name])
+
+
+def check_tunable(name: str, key: str, spec: str) -> None:
+    """Refuse a tunable that scheduler @name does not have, here on the
+    host: in the guest it would fail only after a build and a boot."""
+    known = scheduler_tunables(name)
+    if key in known:
+        return
+    if not known:
+        raise UsageError(f"{spec!r}: {name} has no tunables")
+    near = difflib.get_close_matches(key, known, n=1)
+    raise UsageError(f"{spec!r}: {name} has no tunable {key!r}"
+                     + (f" (did you mean {near[0]!r}?)" if near else "")
+                     + f"; its tunables: {', '.join(sorted(known))}")
+
+
 def parse_schedulers(text: str) -> list[str]:
     """'none,bfq:low_latency=0,slice_idle=0,prism' -> three specs: a
     key=value item without a scheduler name belongs to the one before."""
@@ -57,6 +91,7 @@ def parse_schedulers(text: str) -> list[str]:
         for key, val in tunables.items():
             if not key or val == "":
                 raise UsageError(f"bad tunable in {spec!r}: write NAME=VALUE")
+            check_tunable(name, key, spec)
     if not specs:
         raise UsageError("no scheduler named")
     if len(set(specs)) != len(specs):
