@@ -2,7 +2,9 @@
 no build): usage errors exit 2, make nothing, name options as the person
 typed them; scheduler variants are checked before anything is built."""
 
+import argparse
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -10,10 +12,96 @@ import pytest
 from prism import cli
 from prism.bench import plan
 from prism.guest import selftest
-from prism.host import build, kernels
+from prism.host import build, kernels, vm
 
 REPO = Path(__file__).resolve().parent.parent
 RECORDED = REPO / "docs" / "results" / "demo-hdd-6.12"
+
+
+@pytest.fixture
+def nothing_runs(monkeypatch):
+    """Any build or boot fails the test: a usage error must come first."""
+    def refuse(*args, **kwargs):
+        raise AssertionError("built or booted before the arguments were checked")
+    monkeypatch.setattr(build, "build", refuse)
+    monkeypatch.setattr(vm, "run", refuse)
+    monkeypatch.setattr(plan, "run_on_device", refuse)
+
+
+@pytest.mark.skipif(not shutil.which("fio"), reason="plan.validate needs fio")
+@pytest.mark.parametrize("argv", [
+    ["bench", "run", "--workload", "database_backup", "--device", "hdd", "--kernel", "5.4"],
+    ["bench", "run", "--workload", "database_backup", "--device", "/dev/prism-nonexistent"],
+    ["bench", "run", "--workload", "database_backup", "--device", "hdd",
+     "--schedulers", "none,prism:lowshare=20"],
+    ["bench", "run", "--workload", "database_backup", "--device", "hdd", "--reps", "0"],
+    ["demo", "--device", "/dev/prism-nonexistent"],
+    ["demo", "--kernel", "5.4"],
+])
+def test_a_usage_error_exits_2_and_leaves_no_directory(argv, tmp_path, nothing_runs, capsys):
+    out = tmp_path / "report"
+    assert cli.main(argv + ["--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("prism: error: ")
+    assert not out.exists()
+
+
+def test_bench_report_on_a_missing_directory_exits_2(tmp_path, capsys):
+    assert cli.main(["bench", "report", str(tmp_path / "missing")]) == 2
+    assert "no such report directory" in capsys.readouterr().err
+    assert cli.main(["bench", "report", str(tmp_path), "--out", str(tmp_path / "o")]) == 2
+    assert "no raw runs" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
+
+
+def test_disk_serve_refuses_a_path_in_no_directory(tmp_path, capsys):
+    backing = tmp_path / "backing"
+    assert cli.main(["disk", "serve", "--socket", str(tmp_path / "no" / "s"),
+                     "--backing", str(backing)]) == 2
+    assert "--socket" in capsys.readouterr().err and not backing.exists()
+
+
+def test_icount_with_an_emulated_drive_is_refused_before_the_build(nothing_runs, capsys):
+    assert cli.main(["vm", "--accel", "icount", "--device", "hdd", "--", "true"]) == 2
+    assert "--accel icount" in capsys.readouterr().err
+
+
+def _parsers(ap: argparse.ArgumentParser):
+    yield ap
+    for a in ap._actions:
+        if isinstance(a, argparse._SubParsersAction):
+            for sub in a.choices.values():
+                yield from _parsers(sub)
+
+
+def test_no_internal_name_reaches_a_message(capsys):
+    """argparse names a positional or a subcommand by its dest unless it
+    has a metavar: every one has, and the errors that name them show it."""
+    for p in _parsers(cli.parser()):
+        for a in p._actions:
+            if not a.option_strings and not isinstance(a, argparse._HelpAction):
+                assert a.metavar and a.metavar != a.dest, (p.prog, a.dest)
+    dests = {"cmd", "bench_cmd", "disk_cmd", "dir", "command", "func"}
+    for argv in ([], ["bench"], ["disk"], ["bench", "report"], ["bench", "frob"]):
+        with pytest.raises(SystemExit) as e:
+            cli.main(argv)
+        assert e.value.code == 2
+        err = capsys.readouterr().err
+        words = set(re.findall(r"[a-z_]+", err.splitlines()[-1].split("error:", 1)[1]))
+        assert not words & dests, (argv, err)
+
+
+def test_force_and_allow_mounted_say_what_they_override():
+    ap = cli.parser()
+    for sub in (["demo"], ["bench", "run", "--workload", "x", "--out", "o"]):
+        args = ap.parse_args(sub + ["--force"])
+        assert args.force and not args.allow_mounted
+        args = ap.parse_args(sub + ["--allow-mounted"])
+        assert args.allow_mounted and not args.force
+    helps = {a.dest: a.help for p in _parsers(ap) for a in p._actions
+             if a.dest in ("force", "allow_mounted")}
+    assert "filesystem" in helps["force"] and "overwrite" in helps["force"]
+    assert "mounted" in helps["allow_mounted"]
 
 
 # --- scheduler variants, checked against the module's tunables ----------
@@ -69,3 +157,17 @@ def test_in_tree_tunables_exist_in_the_kernels_source():
                 checked += 1
     if not checked:
         pytest.skip("no kernel source fetched (prism fetch)")
+
+
+# --- prism bench report --out ---------------------------------------------
+
+def test_a_committed_report_is_rebuilt_elsewhere_untouched(tmp_path):
+    before = {p.name: p.read_bytes() for p in RECORDED.iterdir()}
+    out = tmp_path / "again"
+    assert cli.main(["bench", "report", str(RECORDED), "--out", str(out)]) == 0
+    assert {p.name: p.read_bytes() for p in RECORDED.iterdir()} == before
+    assert (out / "report.md").exists() and (out / "results.json").exists()
+    assert sorted(p.name for p in out.glob("*.png")) == sorted(
+        p.name for p in RECORDED.glob("*.png"))
+    md = (out / "report.md").read_text()
+    assert "MB/s" not in md and "MiB/s" in md
