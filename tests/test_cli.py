@@ -171,3 +171,15 @@ def test_a_committed_report_is_rebuilt_elsewhere_untouched(tmp_path):
         p.name for p in RECORDED.glob("*.png"))
     md = (out / "report.md").read_text()
     assert "MB/s" not in md and "MiB/s" in md
+
+
+def test_disk_params_say_which_megabyte(capsys):
+    """MB/s in the parameter files is 1e6 bytes (a drive's data sheet);
+    the write cache's size is in MiB: each says so."""
+    for profile in ("hdd", "hdd-ncq", "ssd-model", "cloud"):
+        assert cli.main(["disk", "params", "--profile", profile]) == 0
+        for line in capsys.readouterr().out.splitlines():
+            if "MB/s" in line:
+                assert "(1e6 bytes)" in line, line
+            if line.startswith("write_cache_mb"):
+                assert "MiB" in line, line
