@@ -104,6 +104,8 @@ def cmd_checkpatch(args) -> int:
 
 
 def _run_vm(k, command, args, rundir=None) -> vm.VmResult:
+    # The disks' arguments checked before the build: a usage error makes nothing.
+    vm.check_disks(_disks(args, Path(".")), args.accel)
     ko = build.build(k)
     rundir = rundir or vm.new_rundir()
     kernels.log(f"booting {k.abi} ({args.accel}); module {ko}; run dir {rundir}")
@@ -271,7 +273,10 @@ def cmd_bench_run(args) -> int:
 
 
 def cmd_bench_report(args) -> int:
-    plan.rebuild(Path(args.dir))
+    src = Path(args.dir)
+    if not src.is_dir():
+        raise UsageError(f"{src}: no such report directory")
+    plan.rebuild(src, Path(args.out) if args.out else None)
     return 0
 
 
@@ -322,6 +327,10 @@ def _disk_profile(args):
 
 def cmd_disk_serve(args) -> int:
     profile = _disk_profile(args)
+    for what, path in (("--socket", args.socket), ("--backing", args.backing),
+                       ("--trace", args.trace)):
+        if path and not Path(path).parent.is_dir():
+            raise UsageError(f"{what} {path}: no directory {Path(path).parent}")
     nbd.serve(profile, Path(args.socket), Path(args.backing),
               Path(args.trace) if args.trace else None)
     return 0
@@ -355,7 +364,12 @@ def _bench_device_options(p: argparse.ArgumentParser, default: str) -> None:
                         "nullb is nullb-ssd) "
                         "or a real block device such as /dev/sdX (root, no VM)")
     p.add_argument("--force", action="store_true",
-                   help="run on a real device even if it is mounted or holds data")
+                   help="run on a real device that holds data (a filesystem, RAID member or "
+                        "partition table, partitions or stacked devices): the workloads "
+                        "overwrite it")
+    p.add_argument("--allow-mounted", action="store_true",
+                   help="run on a real device even if it, a partition or a device stacked on "
+                        "it is mounted or swap (with --force: such a device holds data)")
     p.add_argument("--disk-params", metavar="FILE",
                    help="parameter file for an emulated drive (see prism disk params)")
 
@@ -364,7 +378,7 @@ def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="prism", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--version", action="version", version=f"prism {__version__}")
-    sub = ap.add_subparsers(dest="cmd", required=True)
+    sub = ap.add_subparsers(dest="cmd", metavar="COMMAND", required=True)
 
     p = sub.add_parser("fetch", help="install a pinned kernel and extract its block/ headers")
     p.add_argument("--kernel", default="6.12",
@@ -398,7 +412,8 @@ def parser() -> argparse.ArgumentParser:
                         "disk-trace.csv in the run directory")
     p.add_argument("--disk-params", metavar="FILE",
                    help="parameter file for an emulated drive (see prism disk params)")
-    p.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD to run in the guest")
+    p.add_argument("command", nargs=argparse.REMAINDER, metavar="CMD",
+                   help="the command to run in the guest")
     p.set_defaults(func=cmd_vm)
 
     p = sub.add_parser("blktests", help="run blktests' block tests with prism loaded "
@@ -432,7 +447,7 @@ def parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_stress)
 
     p = sub.add_parser("bench", help="benchmarks: prism bench run ..., prism bench list")
-    bsub = p.add_subparsers(dest="bench_cmd", required=True)
+    bsub = p.add_subparsers(dest="bench_cmd", metavar="COMMAND", required=True)
     p = bsub.add_parser("list", help="the workloads")
     p.set_defaults(func=cmd_bench_list)
     p = bsub.add_parser("run", help="run workloads x schedulers x repetitions, interleaved")
@@ -453,11 +468,14 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="directory for the report")
     p.set_defaults(func=cmd_bench_run)
     p = bsub.add_parser("report", help="write a report again from its raw runs")
-    p.add_argument("dir", help="a report directory made by prism bench run")
+    p.add_argument("dir", metavar="DIR", help="a report directory made by prism bench run")
+    p.add_argument("--out", metavar="OUT",
+                   help="write the report (results, plots, report.md) to OUT instead of "
+                        "DIR, which is then only read")
     p.set_defaults(func=cmd_bench_report)
 
     p = sub.add_parser("disk", help="the emulated drive: prism disk serve, prism disk params")
-    dsub = p.add_subparsers(dest="disk_cmd", required=True)
+    dsub = p.add_subparsers(dest="disk_cmd", metavar="COMMAND", required=True)
     p = dsub.add_parser("serve", help="serve an emulated drive over NBD until interrupted",
                         description="Serve an emulated drive's model over NBD on a "
                                     "Unix socket; attach with QEMU as "

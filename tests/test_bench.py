@@ -360,18 +360,33 @@ def loopdev(tmp_path):
     subprocess.run(["losetup", "-d", dev], capture_output=True)
 
 
-def test_real_device_refusals(loopdev, tmp_path):
+def test_real_device_refusals(loopdev, tmp_path, capsys):
+    """Data is overwritten only with --force, and a mounted device is used
+    only with --allow-mounted as well: each refusal names the flag that
+    overrides it, and each override is said when it is used."""
     dev, img = loopdev
     bench.check_real_device(dev, force=False)          # blank: accepted
     subprocess.run(["mkfs.ext4", "-q", "-F", dev], check=True)
-    with pytest.raises(PrismError, match="carries a type ext4.*--force"):
+    with pytest.raises(PrismError, match=r"carries a type ext4 \(--force overwrites it\)"):
         bench.check_real_device(dev, force=False)
     bench.check_real_device(dev, force=True)           # told to: goes ahead
+    assert "may be overwritten (--force)" in capsys.readouterr().err
     mnt = tmp_path / "mnt"
     mnt.mkdir()
-    if subprocess.run(["mount", dev, str(mnt)], capture_output=True).returncode == 0:
-        with pytest.raises(PrismError, match="mounted on"):
-            bench.check_real_device(dev, force=False)
+    if subprocess.run(["mount", dev, str(mnt)], capture_output=True).returncode != 0:
+        pytest.skip("cannot mount here")
+    with pytest.raises(PrismError, match=r"mounted on .*\(--allow-mounted runs on it all the "
+                                         r"same\); .* \(--force overwrites it\)"):
+        bench.check_real_device(dev, force=False)
+    # --force alone does not cover a mount, nor --allow-mounted alone data.
+    with pytest.raises(PrismError) as e:
+        bench.check_real_device(dev, force=True)
+    assert "--allow-mounted" in str(e.value) and "--force" not in str(e.value)
+    with pytest.raises(PrismError) as e:
+        bench.check_real_device(dev, force=False, allow_mounted=True)
+    assert "--force" in str(e.value) and "--allow-mounted" not in str(e.value)
+    bench.check_real_device(dev, force=True, allow_mounted=True)
+    assert "running all the same (--allow-mounted)" in capsys.readouterr().err
 
 
 def test_shares_against_the_ideal():
@@ -729,7 +744,7 @@ def test_instruction_clock_is_refused_for_drives_in_host_time():
     import argparse
     args = argparse.Namespace(device="hdd", accel="icount", reps=1, runtime=1, ramp=0,
                               workload="cpu_randread1", disk_params=None,
-                              schedulers="none", pgbench_scale=1)
+                              schedulers="none", pgbench_scale=1, kernel="6.12")
     with pytest.raises(PrismError, match="instruction clock"):
         bench.validate(args)
     args.device = "nullb-cpu"

@@ -4,6 +4,7 @@ per kernel (or on a real device), and write the report."""
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import json
 import os
 import shlex
@@ -39,6 +40,39 @@ def device_name(name: str) -> str:
     return DEVICE_ALIASES.get(name, name)
 
 
+# The in-tree schedulers' tunables (queue/iosched/*) on the supported
+# kernels (block/mq-deadline.c, kyber-iosched.c, bfq-iosched.c); prism's
+# are read from the module's source (build.module_tunables).
+IN_TREE_TUNABLES = {
+    "none": (),
+    "mq-deadline": ("read_expire", "write_expire", "writes_starved", "front_merges",
+                    "async_depth", "fifo_batch", "prio_aging_expire"),
+    "kyber": ("read_lat_nsec", "write_lat_nsec"),
+    "bfq": ("fifo_expire_sync", "fifo_expire_async", "back_seek_max", "back_seek_penalty",
+            "slice_idle", "slice_idle_us", "max_budget", "timeout_sync", "strict_guarantees",
+            "low_latency"),
+}
+
+
+def scheduler_tunables(name: str) -> list[str]:
+    """The tunables scheduler @name offers."""
+    return build.module_tunables() if name == "prism" else list(IN_TREE_TUNABLES[name])
+
+
+def check_tunable(name: str, key: str, spec: str) -> None:
+    """Refuse a tunable that scheduler @name does not have, here on the
+    host: in the guest it would fail only after a build and a boot."""
+    known = scheduler_tunables(name)
+    if key in known:
+        return
+    if not known:
+        raise UsageError(f"{spec!r}: {name} has no tunables")
+    near = difflib.get_close_matches(key, known, n=1)
+    raise UsageError(f"{spec!r}: {name} has no tunable {key!r}"
+                     + (f" (did you mean {near[0]!r}?)" if near else "")
+                     + f"; its tunables: {', '.join(sorted(known))}")
+
+
 def parse_schedulers(text: str) -> list[str]:
     """'none,bfq:low_latency=0,slice_idle=0,prism' -> three specs: a
     key=value item without a scheduler name belongs to the one before."""
@@ -57,6 +91,7 @@ def parse_schedulers(text: str) -> list[str]:
         for key, val in tunables.items():
             if not key or val == "":
                 raise UsageError(f"bad tunable in {spec!r}: write NAME=VALUE")
+            check_tunable(name, key, spec)
     if not specs:
         raise UsageError("no scheduler named")
     if len(set(specs)) != len(specs):
@@ -64,7 +99,7 @@ def parse_schedulers(text: str) -> list[str]:
     return specs
 
 
-# --- real devices: refuse anything that holds data unless --force --------
+# --- real devices: refuse data (--force) and mounts (--allow-mounted) ---
 
 def _block_name(path: str) -> str:
     return Path(os.path.realpath(path)).name
@@ -117,9 +152,12 @@ def signatures(path: str) -> list[str]:
     return found
 
 
-def check_real_device(path: str, force: bool) -> None:
-    """Refuse a device that is mounted, part of a mounted stack, or holds
-    a filesystem or partition table, unless @force."""
+def check_real_device(path: str, force: bool, allow_mounted: bool = False) -> None:
+    """Refuse a device that holds data (a filesystem, RAID member or
+    partition table, partitions or devices stacked on it) unless @force,
+    and one that is in use (it, a partition or a device stacked on them
+    mounted or swap) unless @allow_mounted as well: the workloads write
+    raw blocks and make filesystems on it."""
     if os.geteuid() != 0:
         raise UsageError(f"benchmarking {path} needs root (it writes scheduler settings "
                          "and reads raw blocks)")
@@ -138,17 +176,22 @@ def check_real_device(path: str, force: bool) -> None:
         related += _holders(part)
     mounts = Path("/proc/mounts").read_text()
     swaps = Path("/proc/swaps").read_text() if Path("/proc/swaps").exists() else ""
-    problems = device_users(name, mounts, swaps, related)
-    if related and not problems:
-        problems += [f"{path} has partitions or stacked devices: {', '.join(sorted(set(related)))}"]
-    problems += [f"{path} carries a {s}" for s in signatures(path)]
-    if problems and not force:
-        raise UsageError(f"refusing to benchmark {path}: " + "; ".join(problems)
-                         + ". The workloads write raw blocks only if a workload writes, "
-                         "but this tool will not risk a device in use; pass --force to "
-                         "run anyway")
-    for p in problems:
-        print(f"prism: warning: {p} (--force given)", file=sys.stderr)
+    in_use = device_users(name, mounts, swaps, related)
+    data = [f"{path} carries a {s}" for s in signatures(path)]
+    if related:
+        data.append(f"{path} has partitions or stacked devices: "
+                    f"{', '.join(sorted(set(related)))}")
+    refused = [f"{p} (--allow-mounted runs on it all the same)"
+               for p in in_use if not allow_mounted]
+    refused += [f"{p} (--force overwrites it)" for p in data if not force]
+    if refused:
+        raise UsageError(f"refusing to benchmark {path}: " + "; ".join(refused)
+                         + ". The workloads write raw blocks and make filesystems on the "
+                         "device under test")
+    for p in in_use:
+        print(f"prism: warning: {p}: running all the same (--allow-mounted)", file=sys.stderr)
+    for p in data:
+        print(f"prism: warning: {p}: it may be overwritten (--force)", file=sys.stderr)
 
 
 # --- running -----------------------------------------------------------
@@ -225,6 +268,10 @@ def validate(args) -> None:
     if getattr(args, "disk_params", None) and args.device not in MODEL_PROFILES:
         raise UsageError("--disk-params is for the emulated drives: "
                          + ", ".join(MODEL_PROFILES))
+    if args.device.startswith("/"):
+        check_real_device(args.device, args.force, args.allow_mounted)
+    else:
+        kernels.parse(args.kernel)
 
 
 def with_database(plan: dict) -> dict:
@@ -297,7 +344,6 @@ def run_in_vm(k: kernels.Kernel, plan: dict, args) -> tuple[Path, list[dict]]:
 
 
 def run_on_device(plan: dict, args) -> tuple[Path, list[dict]]:
-    check_real_device(args.device, args.force)
     plan = with_database(plan)
     out = Path(args.out) / "raw"
     planfile = Path(args.out) / "plan.json"
@@ -327,27 +373,30 @@ def archive_raw(out: Path) -> None:
     shutil.rmtree(raw)
 
 
-def rebuild(out: Path) -> list[dict]:
+def rebuild(src: Path, out: Path | None = None) -> list[dict]:
     """Write a report directory's results.json, CSV, plots and report.md
     again from its raw runs (raw/<kernel>/, or raw/ for a real device, or
     the same inside raw.tar.xz), with the command and plan it recorded:
     after a change to the report code, or after a run that failed part
-    way (the manifest keeps the runs measured until then)."""
-    if not (out / "raw").exists() and (out / RAW_ARCHIVE).exists():
+    way (the manifest keeps the runs measured until then). With @out, the
+    report goes there and @src is only read (a committed report rebuilt
+    without touching the checkout)."""
+    if not (src / "raw").exists() and (src / RAW_ARCHIVE).exists():
         with tempfile.TemporaryDirectory() as tmp:
-            with tarfile.open(out / RAW_ARCHIVE) as tar:
+            with tarfile.open(src / RAW_ARCHIVE) as tar:
                 tar.extractall(tmp, filter="data")
-            return _rebuild(out, Path(tmp) / "raw")
-    return _rebuild(out, out / "raw")
+            return _rebuild(src, Path(tmp) / "raw", out or src)
+    return _rebuild(src, src / "raw", out or src)
 
 
-def _rebuild(out: Path, raw: Path) -> list[dict]:
-    old = json.loads((out / "results.json").read_text()) if (out / "results.json").exists() \
+def _rebuild(src: Path, raw: Path, out: Path) -> list[dict]:
+    old = json.loads((src / "results.json").read_text()) if (src / "results.json").exists() \
         else {}
     dirs = [raw] if (raw / "manifest.json").exists() else \
         sorted(d for d in raw.glob("*") if (d / "manifest.json").exists())
     if not dirs:
-        raise PrismError(f"{out}: no raw runs (raw/<kernel>/manifest.json) to build a report from")
+        raise UsageError(f"{src}: no raw runs (raw/<kernel>/manifest.json or "
+                         f"{RAW_ARCHIVE}) to build a report from")
     runs, plan = [], old.get("plan")
     for d in dirs:
         kernel = d.name if d != raw else next(
@@ -356,6 +405,7 @@ def _rebuild(out: Path, raw: Path) -> list[dict]:
         plan = plan or json.loads((d / "manifest.json").read_text())["plan"]
     command = old.get("command", "(not recorded: rebuilt from the raw runs by prism bench report)")
     assert plan is not None     # from results.json or the first manifest
+    out.mkdir(parents=True, exist_ok=True)
     summaries = report.write_all(out, command, plan, runs)
     print(report.headline(summaries, plan["workloads"][-1]))
     kernels.log(f"report: {out / 'report.md'} ({len(runs)} runs)")
@@ -363,6 +413,8 @@ def _rebuild(out: Path, raw: Path) -> list[dict]:
 
 
 def run(args, command: str | None = None) -> list[dict]:
+    # Every check of the arguments comes before the report directory is
+    # made: a usage error leaves nothing behind.
     validate(args)
     plan = make_plan(args)
     out = Path(args.out)

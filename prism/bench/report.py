@@ -179,8 +179,7 @@ def _runs_cell(runs: list[dict], get, scale: float = 1.0, digits: int = 0) -> st
 
 
 def _save(plt, fig, out: Path, name: str, made: list[str]) -> None:
-    fig.tight_layout()
-    fig.savefig(out / name, dpi=90)
+    fig.savefig(out / name, dpi=90, bbox_inches="tight")
     plt.close(fig)
     made.append(name)
 
@@ -188,41 +187,287 @@ def _save(plt, fig, out: Path, name: str, made: list[str]) -> None:
 def tradeoff_points(runs: list[dict], summaries: list[dict], kernel: str,
                     workload: str) -> list[dict]:
     """For a mix with a latency-sensitive and a bulk job: per scheduler
-    (and variant), the high job's isolation ratio (x, mean and 95%
-    interval) and the bulk job's throughput over none's in the same
-    repetitions (y, stats.paired_ratio). Empty without none in the runs
-    or without the two jobs."""
+    (and variant), the high job's isolation ratio (x: the geometric mean
+    over the repetitions, with its 95% interval, stats.geometric) and the
+    bulk job's throughput over none's in the same repetitions (y,
+    stats.paired_ratio). Both intervals are multiplicative, so neither
+    reaches zero; with one repetition they are the point. Empty without
+    none in the runs or without the two jobs."""
     w = WORKLOADS.get(workload)
     if not (w and w.high_job and w.low_job and w.baseline):
         return []
     mine = [r for r in runs if r["kernel"] == kernel and r["workload"] == workload]
 
-    def bw(sched: str, rep: int) -> float | None:
+    def figure(sched: str, rep: int, job: str, key: str) -> float | None:
         run = next((r for r in mine if r["scheduler"] == sched and r["rep"] == rep), None)
-        job = next((j for j in run["jobs"] if j["job"] == w.low_job), None) if run else None
-        return job.get("bw_kib") if job else None
+        rec = next((j for j in run["jobs"] if j["job"] == job), None) if run else None
+        return rec.get(key) if rec else None
     if not any(r["scheduler"] == "none" for r in mine):
         return []
     out = []
     for s in summaries:
         if s["kernel"] != kernel or s["workload"] != workload or s["job"] != w.high_job:
             continue
-        iso = s["metrics"].get("isolation_ratio")
         reps = sorted({r["rep"] for r in mine if r["scheduler"] == s["scheduler"]})
-        frac = stats.paired_ratio([(bw(s["scheduler"], rep), bw("none", rep)) for rep in reps])
-        if not iso or iso.get("mean") is None or frac["ratio"] is None:
+        iso = stats.geometric([figure(s["scheduler"], rep, w.high_job, "isolation_ratio")
+                               for rep in reps])
+        frac = stats.paired_ratio([(figure(s["scheduler"], rep, w.low_job, "bw_kib"),
+                                    figure("none", rep, w.low_job, "bw_kib")) for rep in reps])
+        if iso["ratio"] is None or frac["ratio"] is None:
             continue
-        half = iso.get("ci95") or 0.0
-        out.append({"scheduler": s["scheduler"], "x": iso["mean"], "x_low": iso["mean"] - half,
-                    "x_high": iso["mean"] + half, "y": frac["ratio"],
+        out.append({"scheduler": s["scheduler"], "x": iso["ratio"],
+                    "x_low": iso["low"] if iso["low"] is not None else iso["ratio"],
+                    "x_high": iso["high"] if iso["high"] is not None else iso["ratio"],
+                    "y": frac["ratio"],
                     "y_low": frac["low"] if frac["low"] is not None else frac["ratio"],
                     "y_high": frac["high"] if frac["high"] is not None else frac["ratio"]})
     return out
 
 
+def scheduler_colors(scheds: list[str]) -> dict[str, tuple]:
+    """One colour per scheduler variant, the same in every plot of a report."""
+    import matplotlib
+    cmap = matplotlib.colormaps["tab10" if len(scheds) <= 10 else "tab20"]
+    return {s: cmap(i % cmap.N) for i, s in enumerate(scheds)}
+
+
+def plain_number(v: float) -> str:
+    """A tick label as a person writes it: 0.5, 2, 150, 1000; never 2x10^0."""
+    v = float(f"{v:.6g}")
+    return f"{v:.12f}".rstrip("0").rstrip(".")
+
+
+def log_ticks(lo: float, hi: float, want: int = 3) -> list[float]:
+    """Round numbers between @lo and @hi for a log axis: the decades, or
+    1-2-5 in each, or denser, whichever first gives @want of them."""
+    import math
+    ticks: list[float] = []
+    for mantissas in ((1,), (1, 2, 5), (1, 1.5, 2, 3, 5, 7),
+                      (1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 7, 8, 9)):
+        ticks = [float(f"{m * 10.0 ** e:.6g}")
+                 for e in range(math.floor(math.log10(lo)) - 1, math.ceil(math.log10(hi)) + 1)
+                 for m in mantissas]
+        ticks = [t for t in ticks if lo <= t <= hi]
+        if len(ticks) >= want:
+            break
+    return ticks
+
+
+def _plain_log_axis(axis, lo: float, hi: float) -> None:
+    from matplotlib import ticker
+    axis.set_major_locator(ticker.FixedLocator(log_ticks(lo, hi)))
+    axis.set_major_formatter(ticker.FuncFormatter(lambda v, _pos: plain_number(v)))
+    axis.set_minor_locator(ticker.NullLocator())
+
+
+def _overlap(a, b) -> float:
+    """The area two display-space boxes share."""
+    w = min(a.x1, b.x1) - max(a.x0, b.x0)
+    h = min(a.y1, b.y1) - max(a.y0, b.y0)
+    return w * h if w > 0 and h > 0 else 0.0
+
+
+# Where a label may go, in points from its marker, nearest first.
+_LABEL_OFFSETS = [(dx * k, dy * k) for k in (1, 2, 3, 4.5)
+                  for dx, dy in ((7, 5), (7, -11), (-7, 5), (-7, -11), (0, 9), (0, -15),
+                                 (10, -3), (-10, -3))]
+
+
+def place_labels(fig, ax, labels: list[tuple[str, float, float]], fontsize: int = 8,
+                 avoid: list | None = None, colors: list | None = None) -> list:
+    """Label each (text, x, y) point of @ax, greedily: the first position
+    of _LABEL_OFFSETS whose text stays inside the axes and overlaps no
+    label placed before it, no marker and nothing in @avoid (display
+    boxes); failing that, the position that overlaps least. A label set
+    away from its point gets a thin line to it."""
+    from matplotlib.transforms import Bbox
+    renderer = fig.canvas.get_renderer()
+    frame = ax.get_window_extent(renderer)
+    px = fig.dpi / 72
+    markers = []
+    for _, x, y in labels:
+        cx, cy = ax.transData.transform((x, y))
+        markers.append(Bbox.from_extents(cx - 5 * px, cy - 5 * px, cx + 5 * px, cy + 5 * px))
+    taken = list(avoid or [])
+    placed = []
+    for i, (text, x, y) in enumerate(labels):
+        color = colors[i] if colors else "black"
+        best = None
+        for dx, dy in _LABEL_OFFSETS:
+            ann = ax.annotate(text, (x, y), textcoords="offset points", xytext=(dx, dy),
+                              fontsize=fontsize, ha="left" if dx > 0 else
+                              "right" if dx < 0 else "center", va="bottom", color=color)
+            box = ann.get_window_extent(renderer)
+            outside = box.width * box.height - _overlap(box, frame)
+            cost = outside * 10 + sum(_overlap(box, o) for o in taken + markers)
+            if best is None or cost < best[0]:
+                if best is not None:
+                    best[1].remove()
+                best = (cost, ann, box, (dx, dy))
+            else:
+                ann.remove()
+            if cost == 0:
+                break
+        assert best is not None
+        _, ann, box, (dx, dy) = best
+        if abs(dx) + abs(dy) > 20:
+            ann.remove()
+            ann = ax.annotate(text, (x, y), textcoords="offset points", xytext=(dx, dy),
+                              fontsize=fontsize, ha="left" if dx > 0 else
+                              "right" if dx < 0 else "center", va="bottom", color=color,
+                              arrowprops={"arrowstyle": "-", "color": "grey", "lw": 0.5,
+                                          "shrinkA": 0, "shrinkB": 4})
+        taken.append(box)
+        placed.append(ann)
+    return placed
+
+
+def tradeoff_figure(plt, points: list[dict], w, title: str, colors: dict):
+    """The trade-off of a mix: the high job's isolation (x) against the
+    bulk job's throughput over none's (y), both ratios on log axes
+    labelled in plain numbers, multiplicative 95% intervals, each point
+    named beside it, and the ideal corner marked."""
+    fig, ax = plt.subplots(figsize=(8, 5.5))
+    xs = [v for p in points for v in (p["x_low"], p["x_high"])] + [1.0]
+    ys = [v for p in points for v in (p["y_low"], p["y_high"])] + [1.0]
+    xlo, xhi = min(xs) / 1.25, max(xs) * 1.25
+    ylo, yhi = min(ys) / 1.25, max(ys) * 1.25
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlim(xlo, xhi)
+    ax.set_ylim(ylo, yhi)
+    _plain_log_axis(ax.xaxis, xlo, xhi)
+    _plain_log_axis(ax.yaxis, ylo, yhi)
+    # Perfect isolation with the bulk job as fast as under none, or faster.
+    ax.fill_between([xlo, 1.0], 1.0, yhi, color="tab:green", alpha=0.08, lw=0)
+    ax.plot([1.0], [1.0], marker="*", markersize=15, color="gold", markeredgecolor="black",
+            zorder=4, linestyle="none")
+    ax.axvline(1.0, color="grey", lw=0.5)
+    ax.axhline(1.0, color="grey", lw=0.5)
+    for p in points:
+        ax.errorbar([p["x"]], [p["y"]], xerr=[[p["x"] - p["x_low"]], [p["x_high"] - p["x"]]],
+                    yerr=[[p["y"] - p["y_low"]], [p["y_high"] - p["y"]]], fmt="o",
+                    capsize=3, color=colors.get(p["scheduler"]), zorder=3)
+    what = "fsync P99" if w.metric == "fsync_p99_us" else "P99"
+    ax.set_xlabel(f"{w.high_job} {what} under load / alone  (1 = perfect isolation; "
+                  "left is better)")
+    ax.set_ylabel(f"{w.low_job} throughput / under none  (higher is better)")
+    ax.set_title(title, fontsize=10)
+    fig.tight_layout()
+    fig.canvas.draw()
+    place_labels(fig, ax, [("ideal", 1.0, 1.0)]
+                 + [(p["scheduler"], p["x"], p["y"]) for p in points],
+                 colors=["black"] + [colors.get(p["scheduler"], "black") for p in points])
+    return fig
+
+
+BAR_METRICS = (("iops", "IOPS", 1), ("p99_us", "P99 latency (ms)", 1000),
+               ("sys_cpu", "system CPU (%)", 1))
+
+
+def bar_values(rows: list[dict], sched: str, job: str, metric: str,
+               scale: float) -> tuple[float, float, float] | None:
+    """A bar: the mean over the repetitions and the lowest and highest
+    repetition (an interval that stays within what was measured, so
+    never below zero), or None."""
+    m = next((s["metrics"].get(metric) for s in rows
+              if s["scheduler"] == sched and s["job"] == job), None)
+    if not m or m.get("mean") is None:
+        return None
+    return m["min"] / scale, m["mean"] / scale, m["max"] / scale
+
+
+def bars_figure(plt, rows: list[dict], scheds: list[str], jobs: list[str], title: str,
+                colors: dict):
+    """IOPS, P99 and CPU, each job on its own row of axes (a job's P99 is
+    never read off an axis scaled for another's), one horizontal bar per
+    scheduler with its name readable beside it."""
+    height = max(1.8, 0.28 * len(scheds) + 0.9)
+    fig, axes = plt.subplots(len(jobs), len(BAR_METRICS), squeeze=False, sharey="row",
+                             figsize=(13, height * len(jobs) + 0.6))
+    ys = list(range(len(scheds)))
+    for ji, job in enumerate(jobs):
+        for mi, (metric, label, scale) in enumerate(BAR_METRICS):
+            ax = axes[ji][mi]
+            ax.set_label(f"{metric} {job}")
+            for y, sched in zip(ys, scheds, strict=True):
+                v = bar_values(rows, sched, job, metric, scale)
+                if v is None:
+                    continue
+                low, mean, high = v
+                ax.barh(y, mean, 0.7, xerr=[[mean - low], [high - mean]], capsize=2,
+                        color=colors.get(sched), error_kw={"lw": 0.8})
+            ax.set_title(f"{job}: {label}", fontsize=9)
+            ax.set_xlim(left=0)
+            ax.tick_params(labelsize=8)
+        axes[ji][0].set_yticks(ys)
+        axes[ji][0].set_yticklabels(scheds)
+        axes[ji][0].invert_yaxis()
+    fig.suptitle(title)
+    # Room for the title above the first row, however many rows there are.
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.2 / fig.get_figheight()))
+    return fig
+
+
+def series_bands(runs: list[dict], kernel: str, workload: str, sched: str, job: str,
+                 key: str) -> list[tuple[int, float, float, float, int]]:
+    """Per second of the run, over every repetition of @sched: (second,
+    median, lowest, highest, repetitions) of @job's series @key, in us."""
+    by_t: dict[int, list[float]] = {}
+    for r in runs:
+        if (r["kernel"], r["workload"], r["scheduler"]) != (kernel, workload, sched):
+            continue
+        rec = next((j for j in r["jobs"] if j["job"] == job), None)
+        for t, v in (rec or {}).get(key) or []:
+            by_t.setdefault(int(t), []).append(v)
+    return [(t, statistics.median(vs), min(vs), max(vs), len(vs))
+            for t, vs in sorted(by_t.items())]
+
+
+def latency_figure(plt, runs: list[dict], kernel: str, workload: str, scheds: list[str],
+                   job: str, title: str, colors: dict):
+    """@job's latency per second under each scheduler, from every
+    repetition: the median as a line, lowest to highest as a band; the
+    legend outside the data."""
+    fig, axes = plt.subplots(1, 2, figsize=(14, 4.4))
+    for ax, key, what in ((axes[0], "lat_series_us", "mean latency"),
+                          (axes[1], "clat_p99_series_us", "P99 completion latency")):
+        values = []
+        for sched in scheds:
+            band = series_bands(runs, kernel, workload, sched, job, key)
+            if not band:
+                continue
+            ts = [b[0] for b in band]
+            ax.fill_between(ts, [b[2] / 1000 for b in band], [b[3] / 1000 for b in band],
+                            color=colors.get(sched), alpha=0.15, lw=0)
+            ax.plot(ts, [b[1] / 1000 for b in band], color=colors.get(sched), label=sched)
+            values += [v / 1000 for b in band for v in b[1:4]]
+        ax.set_xlabel("time (s)")
+        ax.set_ylabel("ms")
+        ax.set_title(f"{job}: {what} per second", fontsize=10)
+        positive = [v for v in values if v > 0]
+        if positive and max(positive) > 4 * min(positive):
+            # A scheduler ten times slower would squeeze the rest flat.
+            lo, hi = min(positive) / 1.1, max(positive) * 1.1
+            ax.set_yscale("log")
+            ax.set_ylim(lo, hi)
+            _plain_log_axis(ax.yaxis, lo, hi)
+        else:
+            ax.set_ylim(bottom=0)
+    if axes[1].get_lines() or axes[0].get_lines():
+        src = axes[1] if axes[1].get_lines() else axes[0]
+        handles, labels = src.get_legend_handles_labels()
+        axes[1].legend(handles, labels, fontsize=8, loc="upper left",
+                       bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
+    fig.suptitle(title)
+    fig.tight_layout()
+    return fig
+
+
 def plots(out: Path, runs: list[dict], summaries: list[dict]) -> list[str]:
-    """Bar charts with 95% error bars (IOPS, P99, CPU) per workload, and
-    per-second latency of each workload's high job (first repetition)."""
+    """Per workload: bars (IOPS, P99, CPU; one row of axes per job), the
+    shares against the ideal, the trade-off of a mix, and the high job's
+    latency over time from every repetition."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -234,36 +479,25 @@ def plots(out: Path, runs: list[dict], summaries: list[dict]) -> list[str]:
             rows = [s for s in summaries if s["kernel"] == kernel and s["workload"] == workload]
             scheds = list(dict.fromkeys(s["scheduler"] for s in rows))
             jobs = list(dict.fromkeys(s["job"] for s in rows))
-            fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
-            for ax, (metric, label, scale) in zip(axes, [
-                    ("iops", "IOPS", 1), ("p99_us", "P99 latency (ms)", 1000),
-                    ("sys_cpu", "system CPU (%)", 1)], strict=True):
-                width = 0.8 / max(1, len(jobs))
-                for ji, job in enumerate(jobs):
-                    means, errs = [], []
-                    for sched in scheds:
-                        m = next((s["metrics"].get(metric) for s in rows
-                                  if s["scheduler"] == sched and s["job"] == job), None)
-                        means.append((m["mean"] / scale) if m else 0)
-                        errs.append((m["ci95"] / scale) if m and m.get("ci95") else 0)
-                    xs = [i + ji * width for i in range(len(scheds))]
-                    ax.bar(xs, means, width, yerr=errs, capsize=3, label=job)
-                ax.set_xticks([i + width * (len(jobs) - 1) / 2 for i in range(len(scheds))])
-                ax.set_xticklabels(scheds, rotation=20, fontsize=8)
-                ax.set_title(label)
-            axes[0].legend(fontsize=8)
-            fig.suptitle(f"{workload} on {kernel} (mean, 95% interval)")
+            colors = scheduler_colors(scheds)
+            reps = len({r["rep"] for r in runs if r["kernel"] == kernel
+                        and r["workload"] == workload})
+            fig = bars_figure(plt, rows, scheds, jobs,
+                              f"{workload} on {kernel}: mean of {reps} repetition"
+                              f"{'s' if reps != 1 else ''}; whiskers from lowest to highest",
+                              colors)
             _save(plt, fig, out, f"{kernel}-{workload}-bars.png", made)
 
             w = WORKLOADS.get(workload)
             if w and w.share:
-                fig, ax = plt.subplots(figsize=(9, 4))
+                fig, ax = plt.subplots(figsize=(10, 4))
                 width = 0.8 / max(1, len(scheds))
                 for si, sched in enumerate(scheds):
                     vals = [next((s["metrics"]["share"]["mean"] * 100 for s in rows
                                   if s["scheduler"] == sched and s["job"] == job
                                   and "share" in s["metrics"]), 0) for job in jobs]
-                    ax.bar([i + si * width for i in range(len(jobs))], vals, width, label=sched)
+                    ax.bar([i + si * width for i in range(len(jobs))], vals, width, label=sched,
+                           color=colors[sched])
                 centres = [i + width * (len(scheds) - 1) / 2 for i in range(len(jobs))]
                 ax.plot(centres, [100 * (8 - i) / 36 for i in range(len(jobs))],
                         "k_", markersize=20, label="ideal")
@@ -271,56 +505,22 @@ def plots(out: Path, runs: list[dict], summaries: list[dict]) -> list[str]:
                 ax.set_xticklabels(jobs, rotation=20, fontsize=8)
                 ax.set_ylabel("share of total IOPS (%)")
                 ax.set_title(f"{workload} on {kernel}: shares by BE level")
-                ax.legend(fontsize=8)
+                ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0),
+                          borderaxespad=0)
+                fig.tight_layout()
                 _save(plt, fig, out, f"{kernel}-{workload}-shares.png", made)
             points = tradeoff_points(runs, summaries, kernel, workload)
             if points and w:
-                fig, ax = plt.subplots(figsize=(7, 5))
-                # Both axes are ratios, so on log scales: a scheduler 10x
-                # off and one 10x better sit as far from 1 as each other,
-                # and one noisy point does not crush the rest into a
-                # corner. An interval reaching 0 or below is cut where
-                # the scale can show it.
-                for p in points:
-                    x_low = max(p["x_low"], p["x"] / 100)
-                    y_low = max(p["y_low"], p["y"] / 100)
-                    ax.errorbar([p["x"]], [p["y"]], xerr=[[p["x"] - x_low],
-                                                          [p["x_high"] - p["x"]]],
-                                yerr=[[p["y"] - y_low], [p["y_high"] - p["y"]]],
-                                fmt="o", capsize=3, label=p["scheduler"])
-                    if len(points) <= 5:
-                        ax.annotate(p["scheduler"], (p["x"], p["y"]),
-                                    textcoords="offset points", xytext=(5, 5), fontsize=8)
-                if all(p["x"] > 0 and p["y"] > 0 for p in points):
-                    ax.set_xscale("log")
-                    ax.set_yscale("log")
-                if len(points) > 5:
-                    ax.legend(fontsize=7)
-                ax.axvline(1.0, color="grey", lw=0.5)
-                ax.axhline(1.0, color="grey", lw=0.5)
-                ax.set_xlabel(f"{w.high_job} P99 under load / alone (1 = perfect isolation)")
-                ax.set_ylabel(f"{w.low_job} throughput / under none")
-                ax.set_title(f"{workload} on {kernel}: protection against progress\n"
-                             "(best: left and high; 95% intervals)", fontsize=10)
+                fig = tradeoff_figure(
+                    plt, points, w, f"{workload} on {kernel}: protection against progress\n"
+                    f"(geometric means of {reps} repetition{'s' if reps != 1 else ''}, "
+                    "95% intervals; ideal: the shaded corner)", colors)
                 _save(plt, fig, out, f"{kernel}-{workload}-tradeoff.png", made)
             job = w.high_job if w and w.high_job else jobs[0]
-            fig, axes = plt.subplots(1, 2, figsize=(14, 4))
-            for ax, key, what in ((axes[0], "lat_series_us", "mean latency"),
-                                  (axes[1], "clat_p99_series_us", "P99 completion latency")):
-                for sched in scheds:
-                    run = next((r for r in runs if r["kernel"] == kernel
-                                and r["workload"] == workload and r["scheduler"] == sched
-                                and r["rep"] == 0), None)
-                    rec = next((j for j in run["jobs"] if j["job"] == job), None) if run else None
-                    series = rec.get(key) if rec else None
-                    if series:
-                        ax.plot([t for t, _ in series], [v / 1000 for _, v in series],
-                                label=sched)
-                ax.set_xlabel("time (s)")
-                ax.set_ylabel(f"{job} {what} per second (ms)")
-                if ax.get_lines():
-                    ax.legend(fontsize=8)
-            fig.suptitle(f"{workload} on {kernel}: latency over time (first repetition)")
+            fig = latency_figure(plt, runs, kernel, workload, scheds, job,
+                                 f"{workload} on {kernel}: latency over time (median of "
+                                 f"{reps} repetition{'s' if reps != 1 else ''}; band: lowest "
+                                 "to highest)", colors)
             _save(plt, fig, out, f"{kernel}-{workload}-latency.png", made)
     return made
 

@@ -132,6 +132,14 @@ def paired_ratio(pairs: Sequence[tuple[float | None, float | None]]) -> dict:
             "high": math.exp(mean + half) if n > 1 else None}
 
 
+def geometric(values: Sequence[float | None]) -> dict:
+    """The geometric mean of positive @values with its 95% interval from
+    the t distribution of their logarithms (paired_ratio against 1): an
+    interval that is multiplicative, so never reaches zero, for ratios
+    shown on log scales."""
+    return paired_ratio([(v, 1.0) for v in values])
+
+
 def _merge_dirs(job: dict, key: str) -> dict:
     """Latency stats of a job over reads and writes: fio's own "mixed"
     figures where the job file asks for them (unified_rw_reporting=both:

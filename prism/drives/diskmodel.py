@@ -53,7 +53,7 @@ class HddProfile:
     queue_depth: int = 1            # what the emulated device advertises
     ncq: int = 0                    # reorder window (0: serve in arrival order)
     write_cache: bool = True
-    write_cache_mb: float = 8.0     # dirty data the cache holds before writes go through
+    write_cache_mb: float = 8.0     # MiB of dirty data the cache holds before writes go through
     interface_rate_mb: float = 600.0    # SATA 3: how fast a cached write is taken in
 
 
@@ -361,7 +361,7 @@ PARAM_DOCS = {
     "heads": "recording surfaces; a track switch within a cylinder costs head_switch_ms",
     "zones": "recording zones, equal numbers of cylinders each",
     "outer_rate_mb": "media rate of the outermost zone, MB/s (1e6 bytes)",
-    "inner_rate_mb": "media rate of the innermost zone, MB/s",
+    "inner_rate_mb": "media rate of the innermost zone, MB/s (1e6 bytes)",
     "track_to_track_ms": "seek over one cylinder",
     "average_seek_ms": "mean seek between two uniformly random cylinders",
     "full_stroke_ms": "seek from the first cylinder to the last",
@@ -371,17 +371,19 @@ PARAM_DOCS = {
     "ncq": "reorder window: 0 serves in arrival order; N picks the shortest "
            "positioning time among the N oldest",
     "write_cache": "true: writes complete once in the cache and reach the media later",
-    "write_cache_mb": "dirty data the cache holds; a write that does not fit goes to the media",
-    "interface_rate_mb": "link speed at which the cache takes a write in, MB/s",
+    "write_cache_mb": "MiB of dirty data the cache holds; a write that does not fit goes "
+                      "to the media",
+    "interface_rate_mb": "link speed at which the cache takes a write in, MB/s (1e6 bytes)",
     "channels": "flash channels serving requests in parallel",
     "read_us": "flash read latency per request",
     "program_us": "flash program (write) latency per request",
-    "channel_rate_mb": "transfer rate of one channel, MB/s",
+    "channel_rate_mb": "transfer rate of one channel, MB/s (1e6 bytes)",
     "iops_limit": "I/Os per second the volume allows (metered by QEMU)",
     "bandwidth_mib": "MiB/s the volume allows (metered by QEMU)",
     "iops_size_kib": "an I/O larger than this counts as several against iops_limit",
     "latency_ms": "base service time of every request",
-    "transfer_mb": "MB/s of one request's transfer, the size-dependent part of its time",
+    "transfer_mb": "MB/s (1e6 bytes) of one request's transfer, the size-dependent part "
+                   "of its time",
 }
 
 

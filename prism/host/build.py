@@ -25,6 +25,27 @@ MODULE_FILES = tuple(sorted(p.name for p in MODULE_SRC.glob("*.[ch]")
 TESTBLK_SRC = REPO / "tests" / "kmod"
 TESTBLK_NAME = "prism_testblk"
 
+# prism's tunables (queue/iosched/*) are the entries of this array.
+SYSFS_SRC = MODULE_SRC / "prism_sysfs.c"
+_ATTR_ARRAY = re.compile(r"struct elv_fs_entry \w+\[\] = \{(.*?)\n\};", re.S)
+_ATTR_ENTRY = re.compile(r"^\s*\w+\((\w+)", re.M)
+
+
+def module_tunables(src: Path = SYSFS_SRC) -> list[str]:
+    """The tunables of the module that prism builds, read from its
+    source (the elv_fs_entry array), so that a scheduler variant is
+    checked on the host against the module it will load, before any
+    build or boot."""
+    try:
+        m = _ATTR_ARRAY.search(src.read_text())
+    except OSError as e:
+        raise PrismError(f"cannot read prism's tunables: {e}") from None
+    names = _ATTR_ENTRY.findall(m.group(1)) if m else []
+    if not names:
+        raise PrismError(f"{src}: no elv_fs_entry array of tunables found")
+    return names
+
+
 # Lines of kbuild output that are not warnings about our code.
 _BENIGN = re.compile(r"Skipping BTF generation")
 

@@ -308,6 +308,15 @@ def kernel_args(disks: Sequence[Disk | ModelDisk]) -> list[str]:
 ICOUNT_OPTS = "-icount shift=0,sleep=off"
 
 
+def check_disks(disks: Sequence[Disk | ModelDisk], accel: str) -> None:
+    """Refuse disks that cannot boot together or under @accel: pure, so
+    that the CLI asks before it builds anything, and run() again."""
+    kernel_args(disks)
+    if accel == "icount" and any(isinstance(d, ModelDisk) for d in disks):
+        raise UsageError("--accel icount: the emulated drives keep the host's time, "
+                         "which the guest's instruction clock does not follow")
+
+
 def run(k: kernels.Kernel, command: str, *, ko: Path | None = None,
         disks: Sequence[Disk | ModelDisk] = (), memory: str = "2G", cpus: int = 2,
         accel: str = "auto", timeout: float = 1800, rundir: Path | None = None,
@@ -315,6 +324,7 @@ def run(k: kernels.Kernel, command: str, *, ko: Path | None = None,
     """Boot @k, run @command (bash) in the guest, return what happened.
     @plugin: a QEMU TCG plugin to load (TCG or icount only), told the run
     directory in PRISM_INSNPROF_DIR."""
+    check_disks(disks, accel)
     require_tools()
     if not k.vmlinuz.exists():
         raise PrismError(f"{k.vmlinuz} missing: run 'prism fetch --kernel {k.series}'")
@@ -345,9 +355,6 @@ def run(k: kernels.Kernel, command: str, *, ko: Path | None = None,
     else:
         cmd.insert(3, "--disable-kvm")
     if accel == "icount":
-        if models:
-            raise PrismError("--accel icount: the emulated drives keep the host's time, "
-                             "which the guest's instruction clock does not follow")
         qemu_opts.append(ICOUNT_OPTS)
     env = None
     if plugin:

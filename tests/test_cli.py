@@ -1,0 +1,185 @@
+"""The CLI's contract with a person at a terminal, on the host (no VM,
+no build): usage errors exit 2, make nothing, name options as the person
+typed them; scheduler variants are checked before anything is built."""
+
+import argparse
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from prism import cli
+from prism.bench import plan
+from prism.guest import selftest
+from prism.host import build, kernels, vm
+
+REPO = Path(__file__).resolve().parent.parent
+RECORDED = REPO / "docs" / "results" / "demo-hdd-6.12"
+
+
+@pytest.fixture
+def nothing_runs(monkeypatch):
+    """Any build or boot fails the test: a usage error must come first."""
+    def refuse(*args, **kwargs):
+        raise AssertionError("built or booted before the arguments were checked")
+    monkeypatch.setattr(build, "build", refuse)
+    monkeypatch.setattr(vm, "run", refuse)
+    monkeypatch.setattr(plan, "run_on_device", refuse)
+
+
+@pytest.mark.skipif(not shutil.which("fio"), reason="plan.validate needs fio")
+@pytest.mark.parametrize("argv", [
+    ["bench", "run", "--workload", "database_backup", "--device", "hdd", "--kernel", "5.4"],
+    ["bench", "run", "--workload", "database_backup", "--device", "/dev/prism-nonexistent"],
+    ["bench", "run", "--workload", "database_backup", "--device", "hdd",
+     "--schedulers", "none,prism:lowshare=20"],
+    ["bench", "run", "--workload", "database_backup", "--device", "hdd", "--reps", "0"],
+    ["demo", "--device", "/dev/prism-nonexistent"],
+    ["demo", "--kernel", "5.4"],
+])
+def test_a_usage_error_exits_2_and_leaves_no_directory(argv, tmp_path, nothing_runs, capsys):
+    out = tmp_path / "report"
+    assert cli.main(argv + ["--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("prism: error: ")
+    assert not out.exists()
+
+
+def test_bench_report_on_a_missing_directory_exits_2(tmp_path, capsys):
+    assert cli.main(["bench", "report", str(tmp_path / "missing")]) == 2
+    assert "no such report directory" in capsys.readouterr().err
+    assert cli.main(["bench", "report", str(tmp_path), "--out", str(tmp_path / "o")]) == 2
+    assert "no raw runs" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
+
+
+def test_disk_serve_refuses_a_path_in_no_directory(tmp_path, capsys):
+    backing = tmp_path / "backing"
+    assert cli.main(["disk", "serve", "--socket", str(tmp_path / "no" / "s"),
+                     "--backing", str(backing)]) == 2
+    assert "--socket" in capsys.readouterr().err and not backing.exists()
+
+
+def test_icount_with_an_emulated_drive_is_refused_before_the_build(nothing_runs, capsys):
+    assert cli.main(["vm", "--accel", "icount", "--device", "hdd", "--", "true"]) == 2
+    assert "--accel icount" in capsys.readouterr().err
+
+
+def _parsers(ap: argparse.ArgumentParser):
+    yield ap
+    for a in ap._actions:
+        if isinstance(a, argparse._SubParsersAction):
+            for sub in a.choices.values():
+                yield from _parsers(sub)
+
+
+def test_no_internal_name_reaches_a_message(capsys):
+    """argparse names a positional or a subcommand by its dest unless it
+    has a metavar: every one has, and the errors that name them show it."""
+    for p in _parsers(cli.parser()):
+        for a in p._actions:
+            if not a.option_strings and not isinstance(a, argparse._HelpAction):
+                assert a.metavar and a.metavar != a.dest, (p.prog, a.dest)
+    dests = {"cmd", "bench_cmd", "disk_cmd", "dir", "command", "func"}
+    for argv in ([], ["bench"], ["disk"], ["bench", "report"], ["bench", "frob"]):
+        with pytest.raises(SystemExit) as e:
+            cli.main(argv)
+        assert e.value.code == 2
+        err = capsys.readouterr().err
+        words = set(re.findall(r"[a-z_]+", err.splitlines()[-1].split("error:", 1)[1]))
+        assert not words & dests, (argv, err)
+
+
+def test_force_and_allow_mounted_say_what_they_override():
+    ap = cli.parser()
+    for sub in (["demo"], ["bench", "run", "--workload", "x", "--out", "o"]):
+        args = ap.parse_args(sub + ["--force"])
+        assert args.force and not args.allow_mounted
+        args = ap.parse_args(sub + ["--allow-mounted"])
+        assert args.allow_mounted and not args.force
+    helps = {a.dest: a.help for p in _parsers(ap) for a in p._actions
+             if a.dest in ("force", "allow_mounted")}
+    assert "filesystem" in helps["force"] and "overwrite" in helps["force"]
+    assert "mounted" in helps["allow_mounted"]
+
+
+# --- scheduler variants, checked against the module's tunables ----------
+
+def test_module_tunables_are_read_from_its_source():
+    """build.module_tunables reads prism_sysfs.c; the guest's checks
+    (selftest.TUNABLES, compared with sysfs in the VM) list the same."""
+    names = build.module_tunables()
+    assert len(names) == len(set(names)) > 10
+    assert set(names) == set(selftest.TUNABLES) | set(selftest.KEYWORD_TUNABLES)
+
+
+def test_module_tunables_from_a_source_of_another_shape(tmp_path):
+    src = tmp_path / "prism_sysfs.c"
+    src.write_text("#define PRISM_ATTR_ENTRY(name) \\\n\t__ATTR(name, 0644, s, t)\n"
+                   "struct elv_fs_entry prism_attrs[] = {\n\tPRISM_ATTR_ENTRY(hold_us),\n"
+                   "\t__ATTR(quantum_us, 0644, a, b),\n\t__ATTR_NULL\n};\n")
+    assert build.module_tunables(src) == ["hold_us", "quantum_us"]
+    src.write_text("/* nothing */\n")
+    with pytest.raises(cli.PrismError, match="no elv_fs_entry array"):
+        build.module_tunables(src)
+
+
+def test_a_misspelt_tunable_is_refused_on_the_host():
+    assert plan.parse_schedulers("none,bfq:slice_idle=0,prism:low_share=20,"
+                                 "mq-deadline:fifo_batch=1,kyber:read_lat_nsec=1000") == [
+        "none", "bfq:slice_idle=0", "prism:low_share=20", "mq-deadline:fifo_batch=1",
+        "kyber:read_lat_nsec=1000"]
+    with pytest.raises(cli.UsageError, match=r"prism has no tunable 'lowshare' "
+                                             r"\(did you mean 'low_share'\?\)"):
+        plan.parse_schedulers("prism:lowshare=20")
+    with pytest.raises(cli.UsageError, match="bfq has no tunable 'anticipate_us'"):
+        plan.parse_schedulers("bfq:anticipate_us=0")
+    with pytest.raises(cli.UsageError, match="none has no tunables"):
+        plan.parse_schedulers("none:x=1")
+
+
+def test_in_tree_tunables_exist_in_the_kernels_source():
+    """IN_TREE_TUNABLES against block/ of each fetched kernel (CI fetches
+    them; skipped where none is)."""
+    files = {"mq-deadline": "mq-deadline.c", "kyber": "kyber-iosched.c",
+             "bfq": "bfq-iosched.c"}
+    checked = 0
+    for series in kernels.KERNELS:
+        block = kernels.block_dir(kernels.get(series))
+        if not (block / "bfq-iosched.c").exists():
+            continue
+        for sched, name in files.items():
+            found = set(re.findall(r"\b\w*ATTR\w*\((\w+)", (block / name).read_text()))
+            for t in plan.IN_TREE_TUNABLES[sched]:
+                # kyber's are KYBER_LAT_ATTR(read) -> read_lat_nsec.
+                assert t in found or t.removesuffix("_lat_nsec") in found, (series, sched, t)
+                checked += 1
+    if not checked:
+        pytest.skip("no kernel source fetched (prism fetch)")
+
+
+# --- prism bench report --out ---------------------------------------------
+
+def test_a_committed_report_is_rebuilt_elsewhere_untouched(tmp_path):
+    before = {p.name: p.read_bytes() for p in RECORDED.iterdir()}
+    out = tmp_path / "again"
+    assert cli.main(["bench", "report", str(RECORDED), "--out", str(out)]) == 0
+    assert {p.name: p.read_bytes() for p in RECORDED.iterdir()} == before
+    assert (out / "report.md").exists() and (out / "results.json").exists()
+    assert sorted(p.name for p in out.glob("*.png")) == sorted(
+        p.name for p in RECORDED.glob("*.png"))
+    md = (out / "report.md").read_text()
+    assert "MB/s" not in md and "MiB/s" in md
+
+
+def test_disk_params_say_which_megabyte(capsys):
+    """MB/s in the parameter files is 1e6 bytes (a drive's data sheet);
+    the write cache's size is in MiB: each says so."""
+    for profile in ("hdd", "hdd-ncq", "ssd-model", "cloud"):
+        assert cli.main(["disk", "params", "--profile", profile]) == 0
+        for line in capsys.readouterr().out.splitlines():
+            if "MB/s" in line:
+                assert "(1e6 bytes)" in line, line
+            if line.startswith("write_cache_mb"):
+                assert "MiB" in line, line
