@@ -159,8 +159,6 @@ struct prism_tier_queue {
 	u32 queued_head;			/* on prism_data.dispatch */
 	struct list_head active;		/* backlogged flows */
 	struct prism_fq fq;
-	u32 fair_cap;		/* its last fair cap (prism_tier_fair_cap()) */
-	unsigned long fair_seen;	/* jiffies it was last computed */
 	/* The flow that last became backlogged (slot, -1: none) and its weight. */
 	int last_flow;
 	u32 last_weight;
@@ -300,7 +298,6 @@ struct prism_data {
 	u64 chosen_now;	/* the clock prism_dispatch_choose() read, or 0 */
 	u64 lane_spills;
 	bool rate_capped;	/* a rate cap is set (rate_kbps) */
-	u32 fair_capped;	/* tiers with a fair cap in force, by bit */
 	struct prism_tier_queue tier[PRISM_NR_TIERS];
 	struct prism_batch batch;
 	sector_t head_pos;		/* end of the last dispatched request */
@@ -353,7 +350,6 @@ struct prism_data {
 	u64 held_depth;
 	u64 held_paced;		/* depth holds that waited for a paced gap */
 	u64 held_flow;
-	u64 held_fair;		/* holds at a tier's fair_cap */
 	u64 tags_short;		/* holds waived: their tier was tagless */
 	u64 idle_since;		/* ns: a window hold began; 0: none */
 	int idle_tier;		/* the tier it held for */

@@ -199,7 +199,7 @@ static int prism_flight_show(void *data, struct seq_file *m)
 	u32 samples[PRISM_NR_TIERS], chain_samples[PRISM_NR_TIERS];
 	u32 chain_quick[PRISM_NR_TIERS];
 	struct prism_depth_ctl d;
-	u64 window, target, held_window, held_depth, held_flow, held_fair;
+	u64 window, target, held_window, held_depth, held_flow;
 	u64 flow_window, held_paced, empty, tags_short;
 	u32 parked;
 	int t;
@@ -219,7 +219,6 @@ static int prism_flight_show(void *data, struct seq_file *m)
 	held_window = pd->held_window;
 	held_depth = pd->held_depth;
 	held_flow = pd->held_flow;
-	held_fair = pd->held_fair;
 	held_paced = pd->held_paced;
 	empty = pd->empty_dispatches;
 	tags_short = pd->tags_short;
@@ -235,7 +234,7 @@ static int prism_flight_show(void *data, struct seq_file *m)
 			   samples[t], div_u64(chain[t], NSEC_PER_USEC),
 			   chain_samples[t],
 			   chain_quick[t] * 100 / PRISM_QUICK_ONE);
-	seq_printf(m, "device_depth=%u lower_limit=%u window_us=%llu target_us=%llu bulk_us=%llu bulk_samples=%u solo_us=%llu solo_samples=%u floor_us=%llu floor_samples=%u lat_us=%llu cuts=%llu held_window=%llu held_depth=%llu window_runs=%lld flow_window_us=%llu held_flow=%llu held_fair=%llu lower_duty=%u held_paced=%llu empty_dispatches=%llu parked=%u tags_short=%llu\n",
+	seq_printf(m, "device_depth=%u lower_limit=%u window_us=%llu target_us=%llu bulk_us=%llu bulk_samples=%u solo_us=%llu solo_samples=%u floor_us=%llu floor_samples=%u lat_us=%llu cuts=%llu held_window=%llu held_depth=%llu window_runs=%lld flow_window_us=%llu held_flow=%llu lower_duty=%u held_paced=%llu empty_dispatches=%llu parked=%u tags_short=%llu\n",
 		   pd->device_depth, d.limit,
 		   div_u64(window, NSEC_PER_USEC),
 		   div_u64(target, NSEC_PER_USEC),
@@ -244,7 +243,7 @@ static int prism_flight_show(void *data, struct seq_file *m)
 		   div_u64(d.floor, NSEC_PER_USEC), d.floor_samples,
 		   div_u64(d.lat, NSEC_PER_USEC), d.cuts, held_window,
 		   held_depth, atomic64_read(&pd->window_runs),
-		   div_u64(flow_window, NSEC_PER_USEC), held_flow, held_fair,
+		   div_u64(flow_window, NSEC_PER_USEC), held_flow,
 		   d.duty, held_paced, empty, parked, tags_short);
 	return 0;
 }

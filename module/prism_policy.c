@@ -54,13 +54,6 @@ void prism_tunables_init(struct prism_tunables *t, unsigned int hz)
 	t->quantum = 16000000ULL;
 	/* CPQ's soft limit: half the tags per thread group. */
 	t->flow_depth = 50;
-	/*
-	 * No fair cap: idling for the heavier flows (flow_idle) keeps the
-	 * weights on a deep queue at less cost to throughput (measured in
-	 * the fair_depth VM check: 7.1:1 at twice the I/Os of the cap's
-	 * 7.9:1). The cap is for those who turn idling off.
-	 */
-	t->fair_depth = 0;
 	/* Cost coefficients: all 0, the media's defaults; fixed, not learned. */
 	t->cost = (struct prism_cost_params){ };
 	t->cost_auto = false;
@@ -365,10 +358,6 @@ static void batch_close(struct prism_batch *b)
  * service, which depth control governs), the tiers below, as an
  * anticipated tier does: shares and aging pass.
  *
- * The highest queued tier at its fair_cap in flight (weights differ
- * among its flows; see prism_fair_cap()) waits for a slot to free, and
- * so does everything below it but shares and aging.
- *
  * No tier is held for one that owns nothing and could not get a
  * scheduler tag (f->tagless): the tiers below own the tags it waits for,
  * and only their completions free them.
@@ -442,12 +431,6 @@ bool prism_choose(const struct prism_tier_view view[PRISM_NR_TIERS],
 			*hold = PRISM_HOLD_DEPTH;
 			return false;
 		}
-	}
-
-	if (view[tier].fair_cap && view[tier].inflight >= view[tier].fair_cap) {
-		/* Its next slot goes to the flow the fair queue names then. */
-		*hold = PRISM_HOLD_FAIR;
-		return false;
 	}
 
 	c->tier = tier;

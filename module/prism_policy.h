@@ -132,12 +132,6 @@ struct prism_tunables {
 	 */
 	u64 quantum;
 	u32 flow_depth;
-	/*
-	 * fair_depth: the fewest requests a tier is held to in flight while
-	 * its backlogged flows weigh unequally (see prism_fair_cap()); 0: no
-	 * cap.
-	 */
-	u32 fair_depth;
 	struct prism_cost_params {
 		u64 bps[PRISM_NR_DIRS];		/* bytes per second, streaming */
 		u32 seqiops[PRISM_NR_DIRS];	/* 4 KiB I/Os per second, sequential */
@@ -180,7 +174,6 @@ struct prism_fifo_view {
 struct prism_tier_view {
 	struct prism_fifo_view dir[PRISM_NR_FIFOS];	/* by FIFO list */
 	u32 inflight;		/* dispatched, not yet completed */
-	u32 fair_cap;		/* in flight it may have (prism_fair_cap()); 0: any */
 	bool anticipated;	/* its next request is expected at once */
 	/*
 	 * A chain of sync writes it began is under way: one of its sync
@@ -296,7 +289,6 @@ enum prism_hold {
 	PRISM_HOLD_WINDOW = 1,	/* a higher tier is anticipated */
 	PRISM_HOLD_DEPTH = 2,	/* the device or the lower limit is full */
 	PRISM_HOLD_FLOW = 3,	/* the batch's flow is expected back */
-	PRISM_HOLD_FAIR = 4,	/* the tier has its fair_cap in flight */
 };
 
 /* A flow's sequential detector. */
@@ -1106,72 +1098,6 @@ static inline bool prism_fq_asymmetric(const struct prism_fq *fq)
 }
 
 /*
- * Weights on a deep queue. A fair queue orders what waits in the
- * scheduler, and on a deep queue nothing need wait: eight readers of four
- * requests each all fit in a 64-deep volume, which then serves them
- * alike, whatever their weights (share8 on the cloud volume deviated 68%
- * from the weights' shares). A device that serves what it holds in about
- * the same time gives each flow the throughput of its part of what it
- * holds (Little's law); so while a tier's backlogged flows weigh
- * unequally, the tier is held to the most in flight at which every one
- * of them can have its weighted part there and as much again waiting in
- * prism: a flow owning o_i requests (queued or in flight) at weight w_i
- * of the tier's W allows o_i x W / (2 w_i). The rest wait in prism, whose
- * fair queue hands out each slot as it frees. The half kept waiting is
- * what makes the shares: a flow with nothing queued when a slot frees
- * (all it owns in the device, its next request still being prepared)
- * loses the slot to whoever has one; measured in the VM (two readers at
- * weights 80 and 10, iodepth 16 each), a cap of o x W / w gave them 2:1,
- * the half 7-8:1. Flows of one weight, the usual case, are never
- * capped, and neither is a tier whose flows own enough to fill the
- * device by weight (then prism holds a backlog and orders it anyway).
- * fair_depth is the floor: the device's parallelism kept whatever the
- * flows own (0: no cap at all).
- *
- * prism_fair_applies() says whether to look; the mechanism folds each
- * backlogged flow in with prism_fair_fold(), starting from @depth, and
- * prism_fair_cap() gives the cap, 0 for none.
- */
-static inline bool prism_fair_applies(const struct prism_fq *fq, u32 depth,
-				      const struct prism_tunables *t)
-{
-	return t->fair_depth && depth > t->fair_depth && fq->nr >= 2 &&
-	       prism_fq_asymmetric(fq);
-}
-
-static inline u32 prism_fair_fold(u32 cap, u64 owned, u32 weight,
-				  const struct prism_fq *fq)
-{
-	u64 room = owned * fq->wsum, per = 2 * (u64)(weight ? weight : 1);
-
-	if (room < (u64)cap * per)
-		cap = (u32)(room / per);
-	return cap;
-}
-
-/*
- * A cap computed at @seen still holds at @now (jiffies, @hz a second):
- * the heavier flows of a capped tier often have all they own in the
- * device for a moment, and so leave the fair queue, which then looks
- * symmetric or single; lifted then, the lighter flows would fill the
- * device before the heavier ones send their next requests. 50 ms spans
- * such gaps, not a process that went away.
- */
-static inline bool prism_fair_lingers(unsigned long now, unsigned long seen,
-				      unsigned long hz)
-{
-	return !prism_time_after_eq(now, seen + hz / 20 + 1);
-}
-
-static inline u32 prism_fair_cap(u32 folded, u32 depth,
-				 const struct prism_tunables *t)
-{
-	if (folded < t->fair_depth)
-		folded = t->fair_depth;
-	return folded < depth ? folded : 0;
-}
-
-/*
  * Charge @cost of device time to a flow: its start moves by cost over its
  * weight, the tier's virtual time by cost over the weights of all
  * backlogged flows (the fluid system's progress); its next turn is
@@ -1452,10 +1378,10 @@ static inline bool prism_lane_allows(bool lane_off, u32 nr_queued,
 /*
  * The lane is closed while any of these decides what is dispatched: the
  * queue is sorted, flows are idled for (@flow_window), flows of unequal
- * weights were seen lately (@weights_differ: the fair cap is computed
- * over the backlogged flows, which the lane's never are), the depth
- * controller limits (@limit below @depth) or paces (@duty), a tier has a
- * rate cap or a fair cap (@capped).
+ * weights were seen lately (@weights_differ: the fair queue orders the
+ * backlogged flows, which the lane's never are), the depth controller
+ * limits (@limit below @depth) or paces (@duty), a tier has a rate cap
+ * (@capped).
  */
 static inline bool prism_lane_off(bool sorted, u64 flow_window,
 				  bool weights_differ, u32 limit, u32 duty,

@@ -1210,16 +1210,6 @@ static bool prism_want_time(struct prism_data *pd, struct prism_tier_queue *tq,
 	       !(tq->dispatched & 63);
 }
 
-/* A tier's fair cap changed: keep fair_capped, which the lane reads. */
-static void prism_set_fair_cap(struct prism_data *pd, int tier, u32 cap)
-{
-	pd->tier[tier].fair_cap = cap;
-	if (cap)
-		pd->fair_capped |= BIT(tier);
-	else
-		pd->fair_capped &= ~BIT(tier);
-}
-
 /* Empty @acc; false if it held nothing, else its mean in ns in @mean. */
 static bool prism_lat_take(atomic64_t *acc, u64 *mean)
 {
@@ -1516,7 +1506,7 @@ static void prism_wake_at(struct prism_data *pd, u64 end, u64 slack)
 
 /*
  * The longest the queue stays parked without a wake-up of the hold's
- * own: a hold waiting for a completion (depth, fair cap) gets one, as
+ * own: a hold waiting for a completion (depth) gets one, as
  * if the completion were missed.
  */
 #define PRISM_PARK_MAX		NSEC_PER_SEC
@@ -1636,10 +1626,6 @@ static void prism_hold(struct prism_data *pd, struct blk_mq_hw_ctx *hctx,
 	u64 end;
 
 	prism_mark_restart(hctx);
-	if (hold == PRISM_HOLD_FAIR) {
-		pd->held_fair++;
-		return;
-	}
 	if (hold != PRISM_HOLD_WINDOW) {
 		pd->held_depth++;
 		if (hold == PRISM_HOLD_DEPTH &&
@@ -1801,65 +1787,6 @@ static bool prism_tier_alone(struct prism_data *pd,
 }
 
 /*
- * In flight @tier may have now (prism_fair_cap()): weights differ among
- * its backlogged flows, and they own too little to fill the device by
- * weight; 0: no cap. Walks the backlogged flows only when weights differ.
- * The cap outlives the moment a flow has all it owns in the device and so
- * leaves the fair queue (prism_fair_lingers()): lifted then, the other
- * flows would fill the device at once.
- */
-static noinline u32 prism_tier_fair_cap_fold(struct prism_data *pd,
-					     const struct prism_tunables *tun,
-					     int tier, u32 depth)
-{
-	struct prism_tier_queue *tq = &pd->tier[tier];
-	struct prism_flow *fl;
-	u32 cap = depth;
-
-	if (!prism_fair_applies(&tq->fq, depth, tun)) {
-		/* Stored only when it lapses: this runs on every dispatch. */
-		if (tq->fair_cap && !(tun->fair_depth && tq->fair_cap < depth &&
-				      prism_fair_lingers(jiffies, tq->fair_seen,
-							 HZ)))
-			prism_set_fair_cap(pd, tier, 0);
-		return tq->fair_cap;
-	}
-	list_for_each_entry(fl, &tq->active, active)
-		cap = prism_fair_fold(cap, prism_flow_owned(fl), fl->fq.weight,
-				      &tq->fq);
-	prism_set_fair_cap(pd, tier, prism_fair_cap(cap, depth, tun));
-	tq->fair_seen = jiffies;
-	if (tq->fair_cap)
-		prism_lane_recheck(pd);
-	return tq->fair_cap;
-}
-
-/* The common case inline: one flow backlogged, no cap lingering. */
-static inline u32 prism_tier_fair_cap(struct prism_data *pd,
-				      const struct prism_tunables *tun,
-				      int tier, u32 depth)
-{
-	struct prism_tier_queue *tq = &pd->tier[tier];
-
-	if (!tq->fair_cap && tq->fq.nr < 2)
-		return 0;
-	return prism_tier_fair_cap_fold(pd, tun, tier, depth);
-}
-
-/*
- * Whether @tier has its fair cap in flight: then prism_choose() holds it,
- * which the one-tier shortcut does not know.
- */
-static bool prism_fair_full(struct prism_data *pd,
-			    const struct prism_tunables *tun, int tier,
-			    u32 depth)
-{
-	u32 cap = prism_tier_fair_cap(pd, tun, tier, depth);
-
-	return cap && prism_inflight(&pd->tier[tier]) >= cap;
-}
-
-/*
  * What pacing needs (see prism_depth_ctl.duty): the tiers' service time
  * on an idle device (unmeasured: none, and pacing only keeps them to one
  * at a time) and how long ago (from @now, ns) each tier's last paced
@@ -1928,7 +1855,6 @@ prism_choose_viewed(struct prism_data *pd, struct blk_mq_hw_ctx *hctx,
 		prism_tier_view(pd, t, &view[t]);
 		view[t].batch_left = 0;
 		view[t].flow_waits = false;
-		view[t].fair_cap = prism_tier_fair_cap(pd, tun, t, depth);
 		if (!tq_queued(&pd->tier[t]))
 			continue;
 		rate = prism_tier_rate(pd, tun, t);
@@ -2201,7 +2127,7 @@ static noinline struct request *prism_dispatch_choose(struct prism_data *pd,
 	 */
 	if (prism_lane_off(pd->sorted, flow_window, differ, pd->depth.limit,
 			   pd->depth.duty, depth,
-			   pd->rate_capped || pd->fair_capped))
+			   pd->rate_capped))
 		prism_lane_close(pd);
 	else
 		pd->lane_off = false;
@@ -2229,7 +2155,6 @@ static noinline struct request *prism_dispatch_choose(struct prism_data *pd,
 	 */
 	t = prism_first_queued(pd);
 	if (t < PRISM_NR_TIERS && !pd->idle_since && !tun->rate_kbps[t] &&
-	    !prism_fair_full(pd, tun, t, depth) &&
 	    prism_tier_alone(pd, tun, q, t, depth)) {
 		u32 left = 0;
 

@@ -28,7 +28,6 @@ enum prism_attr_id {
 	PRISM_ATTR_SYNC_WRITE_EXPIRE,
 	PRISM_ATTR_QUANTUM_US,
 	PRISM_ATTR_FLOW_DEPTH,
-	PRISM_ATTR_FAIR_DEPTH,
 	PRISM_ATTR_COST_RKBPS,
 	PRISM_ATTR_COST_RSEQIOPS,
 	PRISM_ATTR_COST_RRANDIOPS,
@@ -81,7 +80,6 @@ static const struct prism_attr_range prism_attr_ranges[] = {
 	/* A turn of 10 us to 1 s; cost coefficients 0 (default) or more. */
 	[PRISM_ATTR_QUANTUM_US]		= { 10, USEC_PER_SEC },
 	[PRISM_ATTR_FLOW_DEPTH]		= { 1, 100 },
-	[PRISM_ATTR_FAIR_DEPTH]		= { 0, 65536 },
 	[PRISM_ATTR_COST_RKBPS]		= { 0, INT_MAX },
 	[PRISM_ATTR_COST_RSEQIOPS]	= { 0, 10000000 },
 	[PRISM_ATTR_COST_RRANDIOPS]	= { 0, 10000000 },
@@ -167,8 +165,6 @@ static int prism_attr_get(struct prism_data *pd, const struct prism_tunables *t,
 		return div_u64(t->quantum, NSEC_PER_USEC);
 	case PRISM_ATTR_FLOW_DEPTH:
 		return t->flow_depth;
-	case PRISM_ATTR_FAIR_DEPTH:
-		return t->fair_depth;
 	case PRISM_ATTR_COST_RKBPS:
 		return div_u64(t->cost.bps[PRISM_READ], 1024);
 	case PRISM_ATTR_COST_RSEQIOPS:
@@ -292,9 +288,6 @@ static ssize_t prism_attr_store(struct elevator_queue *e, const char *page,
 		case PRISM_ATTR_FLOW_DEPTH:
 			t.flow_depth = val;
 			break;
-		case PRISM_ATTR_FAIR_DEPTH:
-			t.fair_depth = val;
-			break;
 		case PRISM_ATTR_COST_RKBPS:
 			t.cost.bps[PRISM_READ] = (u64)val * 1024;
 			break;
@@ -407,7 +400,6 @@ PRISM_ATTR(target_latency_us, PRISM_ATTR_TARGET_LATENCY_US)
 PRISM_ATTR(sync_write_expire, PRISM_ATTR_SYNC_WRITE_EXPIRE)
 PRISM_ATTR(quantum_us, PRISM_ATTR_QUANTUM_US)
 PRISM_ATTR(flow_depth, PRISM_ATTR_FLOW_DEPTH)
-PRISM_ATTR(fair_depth, PRISM_ATTR_FAIR_DEPTH)
 PRISM_ATTR(cost_rkbps, PRISM_ATTR_COST_RKBPS)
 PRISM_ATTR(cost_rseqiops, PRISM_ATTR_COST_RSEQIOPS)
 PRISM_ATTR(cost_rrandiops, PRISM_ATTR_COST_RRANDIOPS)
@@ -446,7 +438,6 @@ struct elv_fs_entry prism_attrs[] = {
 	PRISM_ATTR_ENTRY(sync_write_expire),
 	PRISM_ATTR_ENTRY(quantum_us),
 	PRISM_ATTR_ENTRY(flow_depth),
-	PRISM_ATTR_ENTRY(fair_depth),
 	PRISM_ATTR_ENTRY(cost_rkbps),
 	PRISM_ATTR_ENTRY(cost_rseqiops),
 	PRISM_ATTR_ENTRY(cost_rrandiops),

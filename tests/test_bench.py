@@ -717,13 +717,13 @@ def test_flight_table_reads_prisms_decisions():
     """The report's in-flight table: means over the runs, in ms, "-" for
     what prism had not measured, holds for depth and those that waited
     for a paced gap, holds for a flow, LOW's part served by its share,
-    holds at the fair cap."""
+    holds waived because their tier could not get a tag."""
     flight = {"high": {"inflight": 0, "think_us": 0, "think_samples": 0},
               "normal": {"inflight": 0, "think_us": 2000, "think_samples": 8},
               "low": {"inflight": 0, "think_us": 0, "think_samples": 0},
               "window_us": 15000, "bulk_us": 15000, "bulk_samples": 8, "lower_limit": 1,
               "target_us": 1000, "held_window": 100, "held_depth": 50, "held_flow": 7,
-              "held_fair": 3, "held_paced": 20}
+              "tags_short": 3, "held_paced": 20}
     runs = [{"scheduler": "prism", "prism_flight": dict(flight, window_us=w),
              "prism_tiers": {"low": {"dispatched": 200, "shared": 100}}}
             for w in (14000, 16000)]

@@ -836,7 +836,7 @@ def flight_table(runs: list[dict]) -> list[str]:
              "ms; holds are dispatch calls that held lower tiers back):", "",
              "| scheduler | window | HIGH think | NORMAL think | LOW service | lower limit "
              "| target | held in window | held for depth | of which paced | held for a flow "
-             "| held at fair cap | LOW by share |",
+             "| holds waived, tagless | LOW by share |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
 
     def flight(key: str, samples: str | None = None):
@@ -867,7 +867,7 @@ def flight_table(runs: list[dict]) -> list[str]:
                      f"{col(flight('target_us'), 1000, 2)} | {col(flight('held_window'), 1, 0)} | "
                      f"{col(flight('held_depth'), 1, 0)} | {col(flight('held_paced'), 1, 0)} | "
                      f"{col(flight('held_flow'), 1, 0)} | "
-                     f"{col(flight('held_fair'), 1, 0)} | {col(shared, 0.01, 0)} % |")
+                     f"{col(flight('tags_short'), 1, 0)} | {col(shared, 0.01, 0)} % |")
     return lines + [""]
 
 

@@ -48,7 +48,6 @@ TUNABLES = {
     "target_latency_us": (0, 5000, 0, 10000000),
     "quantum_us": (16000, 8000, 10, 1000000),
     "flow_depth": (50, 75, 1, 100),
-    "fair_depth": (0, 8, 0, 65536),
     "cost_rkbps": (0, 100000, 0, 2**31 - 1),
     "cost_rseqiops": (0, 3000, 0, 10000000),
     "cost_rrandiops": (0, 200, 0, 10000000),
@@ -724,33 +723,6 @@ def check_flow_idle_queueing(ctx) -> dict:
         g.set_scheduler(dev, "none")
     ok = (runs["random_equal"]["held_flow"] == 0 and runs["sequential_equal"]["held_flow"] > 0
           and runs["random_weighted"]["held_flow"] > 0
-          and all(r["balanced"] and min(r["ios"]) > 0 for r in runs.values()))
-    return {"ok": ok, "runs": runs}
-
-
-def check_fair_depth(ctx) -> dict:
-    """Shares by weight on a deep queue by the fair cap alone (idling for
-    flows off: flow_idle_us=0; a null_blk taking 32 commands of 4 ms,
-    flash): two processes in one tier (every BE level in NORMAL) at BE 0
-    and BE 7 (weights 80 and 10), 4 KiB random reads at iodepth 16 each,
-    4 s each way. With fair_depth 0 all 32 requests sit in the device,
-    which serves them alike: about equal I/Os. With fair_depth 8, the cap
-    (16 x 90 / 160 = 9 in flight) the rest wait in prism, whose fair queue
-    hands out the free slots: BE 0 gets at least 3x BE 7's I/Os, the holds
-    show in prism's counters, and the books balance after each run."""
-    runs = {}
-    with g.temporary_nullb("deep", depth=32, completion_us=4000, size_mb=2048,
-                           memory_backed=False) as dev:
-        for name, fair_depth in (("uncapped", 0), ("capped", 8)):
-            ios, flight, balanced = run_two_readers(
-                dev, {"be_high_max": -1, "be_low_min": 8, "fair_depth": fair_depth,
-                      "flow_idle_us": 0}, (0, 7),
-                ["--rw=randread", "--bs=4k", "--iodepth=16", "--randrepeat=0"], 4)
-            runs[name] = {"ios": ios, "ratio": round(ios[0] / max(ios[1], 1), 2),
-                          "held_fair": flight["held_fair"], "balanced": balanced}
-        g.set_scheduler(dev, "none")
-    ok = (runs["capped"]["ratio"] >= 3 and runs["uncapped"]["ratio"] <= 1.5
-          and runs["capped"]["held_fair"] > 0 and runs["uncapped"]["held_fair"] == 0
           and all(r["balanced"] and min(r["ios"]) > 0 for r in runs.values()))
     return {"ok": ok, "runs": runs}
 
@@ -2475,7 +2447,6 @@ CHECKS = [
     ("writeback_low", check_writeback_low),
     ("flow_idle_hdd", check_flow_idle_hdd),
     ("flow_idle_queueing", check_flow_idle_queueing),
-    ("fair_depth", check_fair_depth),
     ("flow_idle_flash", check_flow_idle_flash),
     ("cost_learn_hdd", check_cost_learn_hdd),
     ("switch_under_load_nvme", check_switch_under_load),
@@ -2515,7 +2486,7 @@ CHECKS = [
 # anticipation window's does, which anticipation_hdd exercises on every kernel.
 SAME_ON_EVERY_KERNEL = ["drive_hdd", "cost_learn_hdd", "sync_chain_hdd", "priority_latency_nvme",
                         "priority_latency", "share", "flows_greedy",
-                        "flow_shares", "flow_idle_hdd", "flow_idle_queueing", "fair_depth",
+                        "flow_shares", "flow_idle_hdd", "flow_idle_queueing",
                         "flow_idle_flash", "aging", "share_sweep", "rate_cap", "tags_short"]
 
 

@@ -1487,7 +1487,7 @@ TEST(direct_lane_only_where_the_choice_would_dispatch)
 		u64 window = rand_r(&seed) % 4 ? 0 : 8000000;
 		u32 queued = 1 + rand_r(&seed) % 8;
 		u32 inflight = rand_r(&seed) % 70;
-		u32 fair_cap = rand_r(&seed) % 4 ? 0 : 1 + rand_r(&seed) % 8;
+		bool capped = !(rand_r(&seed) % 4);
 		bool quiet = true, lane_off;
 
 		memset(v, 0, sizeof(v));
@@ -1497,7 +1497,6 @@ TEST(direct_lane_only_where_the_choice_would_dispatch)
 		v[tier].dir[d].queued = queued;
 		v[tier].dir[d].oldest = rand_r(&seed) % 1000;
 		v[tier].inflight = inflight;
-		v[tier].fair_cap = fair_cap;
 		for (other = 0; other < PRISM_NR_TIERS; other++) {
 			if (other == tier || rand_r(&seed) % 2)
 				continue;
@@ -1514,7 +1513,7 @@ TEST(direct_lane_only_where_the_choice_would_dispatch)
 		f.lower_limit = limit;
 		f.lower_duty = duty;
 		lane_off = prism_lane_off(sorted, window, differ, limit, duty,
-					  depth, fair_cap);
+					  depth, capped);
 		if (!prism_lane_allows(lane_off, queued - 1, queued - 1,
 				       tier, tier, quiet, queued + inflight,
 				       depth)) {
@@ -1606,174 +1605,4 @@ TEST(fq_asymmetry_is_exact)
 	CHECK_EQ(fq.nr, 0);
 	CHECK_EQ(fq.wsum, 0);
 	CHECK_EQ(fq.w2sum, 0);
-}
-
-TEST(fair_cap_only_for_unequal_weights_on_a_deep_device)
-{
-	struct prism_tunables t = flow_defaults();
-	struct prism_fq fq = { 0 };
-	struct prism_fq_flow a = { 0 }, b = { 0 };
-
-	CHECK_EQ(t.fair_depth, 0);	/* off by default */
-	t.fair_depth = 8;
-
-	prism_fq_activate(&fq, &a, 80);
-	CHECK(!prism_fair_applies(&fq, 64, &t));	/* one flow */
-	prism_fq_activate(&fq, &b, 80);
-	CHECK(!prism_fair_applies(&fq, 64, &t));	/* equals */
-	prism_fq_deactivate(&fq, &b);
-	prism_fq_activate(&fq, &b, 10);
-	CHECK(prism_fair_applies(&fq, 64, &t));
-	CHECK(!prism_fair_applies(&fq, t.fair_depth, &t));	/* no deeper */
-	CHECK(!prism_fair_applies(&fq, 1, &t));
-	t.fair_depth = 0;
-	CHECK(!prism_fair_applies(&fq, 64, &t));	/* off */
-}
-
-/*
- * The cap: the most in flight at which each flow can hold its weighted
- * part with as much again waiting, from what each owns; never below
- * fair_depth, none once it reaches the device's depth.
- */
-TEST(fair_cap_from_what_the_flows_own)
-{
-	struct prism_tunables t = flow_defaults();
-	struct prism_fq fq = { 0 };
-	struct prism_fq_flow a = { 0 }, b = { 0 };
-	u32 cap;
-
-	t.fair_depth = 8;
-	prism_fq_activate(&fq, &a, 80);
-	prism_fq_activate(&fq, &b, 10);
-	/* 32 each: the heavy flow's 16 in flight are 80/90 of 18. */
-	cap = prism_fair_fold(64, 32, 80, &fq);
-	cap = prism_fair_fold(cap, 32, 10, &fq);
-	CHECK_EQ(cap, 18);
-	CHECK_EQ(prism_fair_cap(cap, 64, &t), 18);
-	/* Owning 4 each: 2 by weight, held to the floor. */
-	cap = prism_fair_fold(prism_fair_fold(64, 4, 80, &fq), 4, 10, &fq);
-	CHECK_EQ(cap, 2);
-	CHECK_EQ(prism_fair_cap(cap, 64, &t), t.fair_depth);
-	/* Owning 128 each: they fill the device by weight, no cap. */
-	cap = prism_fair_fold(prism_fair_fold(64, 128, 80, &fq), 128, 10, &fq);
-	CHECK_EQ(prism_fair_cap(cap, 64, &t), 0);
-	/* A huge owned count does not overflow. */
-	CHECK_EQ(prism_fair_fold(64, 1ULL << 40, 1, &fq), 64);
-}
-
-/*
- * Three processes at weights 80, 40 and 10, each keeping 8 requests out
- * (a new one at each completion), on a device that accepts 64 and serves
- * what it holds in arrival order at a fixed rate, as a metered volume
- * does. Uncapped, all 24 requests sit in the device and the fair queue
- * never orders anything: shares come out equal. With the fair cap (the
- * floor, 8, here, since 8 x 130 / 160 is less) the rest wait in the
- * scheduler, which hands out each freed slot by the fair queue: shares
- * follow the weights (0.615, 0.308, 0.077 when written, as the weights).
- */
-static void sim_deep_device(u32 fair_depth, double share[STREAMS])
-{
-	static const u32 w[STREAMS] = { 80, 40, 10 };
-	const u64 service = 1000000, depth = 64, per_flow = 8;
-	struct prism_tunables t = flow_defaults();
-	struct prism_fq fq = { 0 };
-	struct prism_fq_flow f[STREAMS] = { 0 };
-	u32 queued[STREAMS], owned_in[STREAMS] = { 0 }, inflight = 0;
-	int fifo[64], head = 0, len = 0, i, step;
-	u64 served[STREAMS] = { 0 }, total = 0;
-	struct prism_batch b;
-
-	t.fair_depth = fair_depth;
-	prism_batch_reset(&b);
-	for (i = 0; i < STREAMS; i++) {
-		queued[i] = per_flow;
-		prism_fq_activate(&fq, &f[i], w[i]);
-	}
-	for (step = 0; step < 30000; step++) {
-		/* Fill the device as far as the policy lets it. */
-		for (;;) {
-			struct prism_tier_view v[PRISM_NR_TIERS];
-			struct prism_flight fl = {
-				.depth = depth, .lower_limit = depth,
-				.lower_duty = PRISM_DUTY_FULL
-			};
-			struct prism_choice c;
-			enum prism_hold hold;
-			int id;
-
-			memset(v, 0, sizeof(v));
-			for (i = 0; i < STREAMS; i++)
-				v[PRISM_NORMAL].dir[PRISM_READ].queued += queued[i];
-			v[PRISM_NORMAL].inflight = inflight;
-			if (prism_fair_applies(&fq, depth, &t)) {
-				u32 cap = depth;
-
-				for (i = 0; i < STREAMS; i++)
-					if (f[i].backlogged)
-						cap = prism_fair_fold(cap,
-							queued[i] + owned_in[i],
-							w[i], &fq);
-				v[PRISM_NORMAL].fair_cap =
-					prism_fair_cap(cap, depth, &t);
-			}
-			if (b.tier == PRISM_NORMAL && b.flow >= 0)
-				v[PRISM_NORMAL].batch_left = queued[b.flow];
-			if (inflight >= depth ||
-			    !prism_choose(v, &b, &t, &fl, 0, &c, &hold))
-				break;
-			if (c.flow < 0) {
-				struct prism_fq_pick p;
-
-				prism_fq_pick_init(&p);
-				for (i = 0; i < STREAMS; i++)
-					if (f[i].backlogged)
-						prism_fq_pick_consider(&p, &fq, &f[i], i);
-				c.flow = prism_fq_pick_done(&p, &fq);
-				prism_choose_in_flow(&v[PRISM_NORMAL], &b, &t, 0, &c);
-			}
-			id = c.flow;
-			prism_fq_charge(&fq, &f[id], service);
-			prism_note_dispatch(&b, &t, false, false, fq.nr > 1);
-			if (!--queued[id])
-				prism_fq_deactivate(&fq, &f[id]);
-			fifo[(head + len++) % 64] = id;
-			owned_in[id]++;
-			inflight++;
-		}
-		/* The oldest completes; its process sends the next at once. */
-		i = fifo[head];
-		head = (head + 1) % 64;
-		len--;
-		inflight--;
-		owned_in[i]--;
-		served[i] += service;
-		total += service;
-		if (!queued[i]++)
-			prism_fq_activate(&fq, &f[i], w[i]);
-	}
-	for (i = 0; i < STREAMS; i++)
-		share[i] = (double)served[i] / (double)total;
-}
-
-TEST(fair_cap_gives_weights_on_a_deep_device)
-{
-	double capped[STREAMS], uncapped[STREAMS];
-	int i;
-
-	sim_deep_device(8, capped);
-	sim_deep_device(0, uncapped);
-	CHECK(near_weights(capped, 0.05));
-	for (i = 0; i < STREAMS; i++)
-		CHECK(uncapped[i] > 0.30 && uncapped[i] < 0.37);
-}
-
-TEST(fair_cap_lingers_over_short_gaps)
-{
-	/* HZ 250: 50 ms is 12.5 jiffies. */
-	CHECK(prism_fair_lingers(1000, 1000, 250));
-	CHECK(prism_fair_lingers(1012, 1000, 250));
-	CHECK(!prism_fair_lingers(1013, 1000, 250));
-	CHECK(!prism_fair_lingers(2000, 1000, 250));
-	/* Across the jiffies wrap. */
-	CHECK(prism_fair_lingers(5, (unsigned long)-3, 250));
 }
