@@ -373,7 +373,6 @@ struct prism_data {
 	 */
 	struct prism_tun_rcu __rcu *tun;
 	int front_merges;
-	int sort_mode;
 	/*
 	 * flow_depth as a part of 1024, rounded down (U32_MAX when the limit
 	 * is off): limit_depth()'s fast path compares without a division,

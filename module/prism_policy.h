@@ -75,18 +75,18 @@ enum prism_ioprio_class {
 	PRISM_CLASS_IDLE = 3,
 };
 
-/* sort_mode tunable: where the dispatch order comes from. */
-enum prism_sort_mode {
-	PRISM_SORT_AUTO = 0,	/* from the queue's rotational flag */
-	PRISM_SORT_SECTOR = 1,	/* C-LOOK sector order, as for a disk */
-	PRISM_SORT_FIFO = 2,	/* arrival order, as for flash */
-};
-
 /* Shares are in percent of dispatches; above half a lower tier would lead. */
 #define PRISM_SHARE_UNIT	100
 #define PRISM_SHARE_MAX		50
 
-/* The tunables the policy reads; times in jiffies, depths in percent. */
+/*
+ * The parameters the policy reads; times in jiffies, depths in percent.
+ * Most are tunables under queue/iosched/; those marked "fixed" keep
+ * prism_tunables_init()'s value on a queue (v3 took their files away: no
+ * measured setting needed another value) and are here so that the
+ * policy tests may vary them. The sync-write FIFO's expiry follows
+ * read_expire.
+ */
 struct prism_tunables {
 	unsigned long fifo_expire[PRISM_NR_FIFOS];	/* by FIFO list */
 	unsigned long prio_aging_expire;	/* 0: no aging */
@@ -94,9 +94,10 @@ struct prism_tunables {
 	u32 fifo_batch;
 	int be_high_max;	/* BE levels 0..be_high_max are HIGH (-1: none) */
 	int be_low_min;		/* BE levels be_low_min..7 are LOW (8: none) */
-	u32 normal_depth;	/* % of scheduler tags NORMAL may hold */
-	u32 low_depth;		/* % of scheduler tags LOW may hold */
-	u32 seq_gap;		/* sectors a stream may skip and stay sequential */
+	/* Fixed: the tag reserve, % of the scheduler tags NORMAL, LOW may hold. */
+	u32 normal_depth;
+	u32 low_depth;
+	u32 seq_gap;		/* fixed: sectors a stream may skip, sequential */
 	/*
 	 * Tier shares, in percent: a waiting tier gets at least this part of
 	 * the dispatches made from it and the tiers above it (0: none, strict
@@ -123,7 +124,7 @@ struct prism_tunables {
 	 */
 	s64 flow_idle;
 	/*
-	 * Flows (see "Flows" below). quantum: ns of estimated device time
+	 * Flows (see "Flows" below), both fixed. quantum: ns of estimated device time
 	 * one flow's batch may take before the tier's fair queue chooses
 	 * again. flow_depth: % of the scheduler tags one flow may hold while
 	 * another flow owns requests (100: no limit). cost: the cost model's
@@ -144,7 +145,7 @@ struct prism_tunables {
 	 * the cost model), indexed by tier; 0: no cap. HIGH's is unused.
 	 */
 	u32 rate_kbps[PRISM_NR_TIERS];
-	u64 rate_burst;		/* ns of refill a bucket holds at most */
+	u64 rate_burst;		/* fixed: ns of refill a bucket holds at most */
 	/*
 	 * bulk_merge: on flash, the largest request (bytes) a tier below an
 	 * active one may grow to by merging; 0: no cap. A large bulk
@@ -407,19 +408,6 @@ static inline bool prism_stream_update(struct prism_stream *s, u64 pos,
 
 u32 prism_tier_depth(enum prism_tier tier, u32 nr_requests,
 		     const struct prism_tunables *t);
-
-static inline bool prism_sorted(enum prism_sort_mode mode, bool rotational)
-{
-	switch (mode) {
-	case PRISM_SORT_SECTOR:
-		return true;
-	case PRISM_SORT_FIFO:
-		return false;
-	case PRISM_SORT_AUTO:
-	default:
-		return rotational;
-	}
-}
 
 /*
  * The activity clock, one for the tag reserve and the holds. A tier is

@@ -678,17 +678,20 @@ static void prism_learn_fold(struct prism_data *pd)
 	prism_model_update(pd);
 }
 
-/* prism_update_order() found the media or sort_mode changed. */
+/*
+ * prism_update_order() found the media changed: the cost model and the
+ * dispatch order follow (sector order on rotational media, arrival order
+ * on flash).
+ */
 static noinline void prism_order_changed(struct prism_data *pd,
-					 bool rotational, bool sorted)
+					 bool rotational)
 {
+	bool sorted = rotational;
 	struct request *rq;
 	int f, d;
 
-	if (rotational != pd->rotational) {
-		pd->rotational = rotational;
-		prism_model_update(pd);
-	}
+	pd->rotational = rotational;
+	prism_model_update(pd);
 	if (sorted == pd->sorted)
 		return;
 	pd->sorted = sorted;
@@ -703,8 +706,8 @@ static noinline void prism_order_changed(struct prism_data *pd,
 }
 
 /*
- * Re-read the dispatch order from sort_mode and the queue's rotational
- * flag, which a driver or the user may change at any time. When sorting
+ * Re-read the queue's rotational flag, which a driver or the user may
+ * change at any time, and with it the dispatch order. When sorting
  * is switched on, queued requests enter the trees so that none is missed.
  * The cost model follows the rotational flag too. On every dispatch that
  * chooses (see prism_insert_requests()): the check inline, the change out
@@ -714,12 +717,11 @@ static inline void prism_update_order(struct prism_data *pd,
 				      struct request_queue *q)
 {
 	bool rotational = !blk_queue_nonrot(q);
-	bool sorted = prism_sorted(READ_ONCE(pd->sort_mode), rotational);
 
 	lockdep_assert_held(&pd->lock);
 
-	if (unlikely(rotational != pd->rotational || sorted != pd->sorted))
-		prism_order_changed(pd, rotational, sorted);
+	if (unlikely(rotational != pd->rotational))
+		prism_order_changed(pd, rotational);
 }
 
 /*
@@ -2840,11 +2842,10 @@ static int prism_init_sched(struct request_queue *q, prism_init_sched_t arg)
 	for (t = 0; t < PRISM_NR_TIERS; t++)
 		prism_flow_reset(pd, &flows[PRISM_NR_FLOWS + t], 0, 0, t);
 	pd->front_merges = 1;
-	pd->sort_mode = PRISM_SORT_AUTO;
 	prism_batch_reset(&pd->batch);
 	pd->idle_flow = -1;
-	pd->sorted = prism_sorted(pd->sort_mode, !blk_queue_nonrot(q));
 	pd->rotational = !blk_queue_nonrot(q);
+	pd->sorted = pd->rotational;
 	spin_lock(&pd->lock);
 	prism_model_update(pd);
 	spin_unlock(&pd->lock);

@@ -16,18 +16,11 @@ enum prism_attr_id {
 	PRISM_ATTR_PRIO_AGING_EXPIRE,
 	PRISM_ATTR_BE_HIGH_MAX,
 	PRISM_ATTR_BE_LOW_MIN,
-	PRISM_ATTR_NORMAL_DEPTH,
-	PRISM_ATTR_LOW_DEPTH,
-	PRISM_ATTR_SEQ_GAP,
-	PRISM_ATTR_SORT_MODE,
 	PRISM_ATTR_NORMAL_SHARE,
 	PRISM_ATTR_LOW_SHARE,
 	PRISM_ATTR_ANTICIPATE_US,
 	PRISM_ATTR_FLOW_IDLE_US,
 	PRISM_ATTR_TARGET_LATENCY_US,
-	PRISM_ATTR_SYNC_WRITE_EXPIRE,
-	PRISM_ATTR_QUANTUM_US,
-	PRISM_ATTR_FLOW_DEPTH,
 	PRISM_ATTR_COST_RKBPS,
 	PRISM_ATTR_COST_RSEQIOPS,
 	PRISM_ATTR_COST_RRANDIOPS,
@@ -38,7 +31,6 @@ enum prism_attr_id {
 	PRISM_ATTR_NORMAL_RATE_KBPS,
 	PRISM_ATTR_LOW_RATE_KBPS,
 	PRISM_ATTR_WRITEBACK_LOW,
-	PRISM_ATTR_RATE_BURST_US,
 	PRISM_ATTR_BULK_MERGE_KB,
 	PRISM_ATTR_LATENCY_HIST,
 };
@@ -63,10 +55,6 @@ static const struct prism_attr_range prism_attr_ranges[] = {
 	[PRISM_ATTR_PRIO_AGING_EXPIRE]	= { 0, PRISM_MAX_MSECS },
 	[PRISM_ATTR_BE_HIGH_MAX]	= { -1, 7 },
 	[PRISM_ATTR_BE_LOW_MIN]		= { 0, 8 },
-	[PRISM_ATTR_NORMAL_DEPTH]	= { 1, 100 },
-	[PRISM_ATTR_LOW_DEPTH]		= { 1, 100 },
-	[PRISM_ATTR_SEQ_GAP]		= { 0, 1 << 20 },
-	[PRISM_ATTR_SORT_MODE]		= { 0, 2 },
 	[PRISM_ATTR_NORMAL_SHARE]	= { 0, PRISM_SHARE_MAX },
 	[PRISM_ATTR_LOW_SHARE]		= { 0, PRISM_SHARE_MAX },
 	/*
@@ -76,10 +64,7 @@ static const struct prism_attr_range prism_attr_ranges[] = {
 	[PRISM_ATTR_ANTICIPATE_US]	= { PRISM_AUTO, PRISM_ACTIVE_NS / NSEC_PER_USEC },
 	[PRISM_ATTR_FLOW_IDLE_US]	= { PRISM_AUTO, PRISM_ACTIVE_NS / NSEC_PER_USEC },
 	[PRISM_ATTR_TARGET_LATENCY_US]	= { 0, 10 * USEC_PER_SEC },
-	[PRISM_ATTR_SYNC_WRITE_EXPIRE]	= { 0, PRISM_MAX_MSECS },
-	/* A turn of 10 us to 1 s; cost coefficients 0 (default) or more. */
-	[PRISM_ATTR_QUANTUM_US]		= { 10, USEC_PER_SEC },
-	[PRISM_ATTR_FLOW_DEPTH]		= { 1, 100 },
+	/* Cost coefficients: 0 (the media's default) or more. */
 	[PRISM_ATTR_COST_RKBPS]		= { 0, INT_MAX },
 	[PRISM_ATTR_COST_RSEQIOPS]	= { 0, 10000000 },
 	[PRISM_ATTR_COST_RRANDIOPS]	= { 0, 10000000 },
@@ -90,7 +75,6 @@ static const struct prism_attr_range prism_attr_ranges[] = {
 	[PRISM_ATTR_NORMAL_RATE_KBPS]	= { 0, INT_MAX },
 	[PRISM_ATTR_LOW_RATE_KBPS]	= { 0, INT_MAX },
 	[PRISM_ATTR_WRITEBACK_LOW]	= { 0, 1 },
-	[PRISM_ATTR_RATE_BURST_US]	= { 1, 10 * USEC_PER_SEC },
 	[PRISM_ATTR_BULK_MERGE_KB]	= { 0, 1 << 20 },
 	[PRISM_ATTR_LATENCY_HIST]	= { 0, 1 },
 };
@@ -108,8 +92,6 @@ static unsigned long *prism_attr_jiffies(struct prism_tunables *t,
 		return &t->fifo_expire[PRISM_READ];
 	case PRISM_ATTR_WRITE_EXPIRE:
 		return &t->fifo_expire[PRISM_WRITE];
-	case PRISM_ATTR_SYNC_WRITE_EXPIRE:
-		return &t->fifo_expire[PRISM_SYNC_WRITE];
 	case PRISM_ATTR_PRIO_AGING_EXPIRE:
 		return &t->prio_aging_expire;
 	default:
@@ -125,8 +107,6 @@ static int prism_attr_get(struct prism_data *pd, const struct prism_tunables *t,
 		return jiffies_to_msecs(t->fifo_expire[PRISM_READ]);
 	case PRISM_ATTR_WRITE_EXPIRE:
 		return jiffies_to_msecs(t->fifo_expire[PRISM_WRITE]);
-	case PRISM_ATTR_SYNC_WRITE_EXPIRE:
-		return jiffies_to_msecs(t->fifo_expire[PRISM_SYNC_WRITE]);
 	case PRISM_ATTR_PRIO_AGING_EXPIRE:
 		return jiffies_to_msecs(t->prio_aging_expire);
 	case PRISM_ATTR_WRITES_STARVED:
@@ -139,14 +119,6 @@ static int prism_attr_get(struct prism_data *pd, const struct prism_tunables *t,
 		return t->be_high_max;
 	case PRISM_ATTR_BE_LOW_MIN:
 		return t->be_low_min;
-	case PRISM_ATTR_NORMAL_DEPTH:
-		return t->normal_depth;
-	case PRISM_ATTR_LOW_DEPTH:
-		return t->low_depth;
-	case PRISM_ATTR_SEQ_GAP:
-		return t->seq_gap;
-	case PRISM_ATTR_SORT_MODE:
-		return pd->sort_mode;
 	case PRISM_ATTR_NORMAL_SHARE:
 		return t->share[PRISM_NORMAL];
 	case PRISM_ATTR_LOW_SHARE:
@@ -161,10 +133,6 @@ static int prism_attr_get(struct prism_data *pd, const struct prism_tunables *t,
 		return div_u64(t->flow_idle, NSEC_PER_USEC);
 	case PRISM_ATTR_TARGET_LATENCY_US:
 		return div_u64(t->target, NSEC_PER_USEC);
-	case PRISM_ATTR_QUANTUM_US:
-		return div_u64(t->quantum, NSEC_PER_USEC);
-	case PRISM_ATTR_FLOW_DEPTH:
-		return t->flow_depth;
 	case PRISM_ATTR_COST_RKBPS:
 		return div_u64(t->cost.bps[PRISM_READ], 1024);
 	case PRISM_ATTR_COST_RSEQIOPS:
@@ -185,8 +153,6 @@ static int prism_attr_get(struct prism_data *pd, const struct prism_tunables *t,
 		return t->rate_kbps[PRISM_LOW];
 	case PRISM_ATTR_WRITEBACK_LOW:
 		return t->writeback_low;
-	case PRISM_ATTR_RATE_BURST_US:
-		return div_u64(t->rate_burst, NSEC_PER_USEC);
 	case PRISM_ATTR_BULK_MERGE_KB:
 		return t->bulk_merge >> 10;
 	case PRISM_ATTR_LATENCY_HIST:
@@ -242,6 +208,9 @@ static ssize_t prism_attr_store(struct elevator_queue *e, const char *page,
 	jp = prism_attr_jiffies(&t, id);
 	if (jp) {
 		*jp = msecs_to_jiffies(val);
+		/* Someone waits for a sync write as for a read. */
+		if (id == PRISM_ATTR_READ_EXPIRE)
+			t.fifo_expire[PRISM_SYNC_WRITE] = *jp;
 	} else {
 		switch (id) {
 		case PRISM_ATTR_WRITES_STARVED:
@@ -255,15 +224,6 @@ static ssize_t prism_attr_store(struct elevator_queue *e, const char *page,
 			break;
 		case PRISM_ATTR_BE_LOW_MIN:
 			t.be_low_min = val;
-			break;
-		case PRISM_ATTR_NORMAL_DEPTH:
-			t.normal_depth = val;
-			break;
-		case PRISM_ATTR_LOW_DEPTH:
-			t.low_depth = val;
-			break;
-		case PRISM_ATTR_SEQ_GAP:
-			t.seq_gap = val;
 			break;
 		case PRISM_ATTR_NORMAL_SHARE:
 			t.share[PRISM_NORMAL] = val;
@@ -281,12 +241,6 @@ static ssize_t prism_attr_store(struct elevator_queue *e, const char *page,
 			break;
 		case PRISM_ATTR_TARGET_LATENCY_US:
 			t.target = (u64)val * NSEC_PER_USEC;
-			break;
-		case PRISM_ATTR_QUANTUM_US:
-			t.quantum = (u64)val * NSEC_PER_USEC;
-			break;
-		case PRISM_ATTR_FLOW_DEPTH:
-			t.flow_depth = val;
 			break;
 		case PRISM_ATTR_COST_RKBPS:
 			t.cost.bps[PRISM_READ] = (u64)val * 1024;
@@ -317,9 +271,6 @@ static ssize_t prism_attr_store(struct elevator_queue *e, const char *page,
 			break;
 		case PRISM_ATTR_WRITEBACK_LOW:
 			t.writeback_low = val;
-			break;
-		case PRISM_ATTR_RATE_BURST_US:
-			t.rate_burst = (u64)val * NSEC_PER_USEC;
 			break;
 		case PRISM_ATTR_BULK_MERGE_KB:
 			t.bulk_merge = (u32)val << 10;
@@ -352,8 +303,6 @@ static ssize_t prism_attr_store(struct elevator_queue *e, const char *page,
 	prism_model_update(pd);
 	if (id == PRISM_ATTR_FRONT_MERGES)
 		WRITE_ONCE(pd->front_merges, val);
-	if (id == PRISM_ATTR_SORT_MODE)
-		WRITE_ONCE(pd->sort_mode, val);
 	if (id == PRISM_ATTR_LATENCY_HIST)
 		WRITE_ONCE(pd->latency_hist, val);
 	/*
@@ -388,18 +337,11 @@ PRISM_ATTR(fifo_batch, PRISM_ATTR_FIFO_BATCH)
 PRISM_ATTR(prio_aging_expire, PRISM_ATTR_PRIO_AGING_EXPIRE)
 PRISM_ATTR(be_high_max, PRISM_ATTR_BE_HIGH_MAX)
 PRISM_ATTR(be_low_min, PRISM_ATTR_BE_LOW_MIN)
-PRISM_ATTR(normal_depth, PRISM_ATTR_NORMAL_DEPTH)
-PRISM_ATTR(low_depth, PRISM_ATTR_LOW_DEPTH)
-PRISM_ATTR(seq_gap, PRISM_ATTR_SEQ_GAP)
-PRISM_ATTR(sort_mode, PRISM_ATTR_SORT_MODE)
 PRISM_ATTR(normal_share, PRISM_ATTR_NORMAL_SHARE)
 PRISM_ATTR(low_share, PRISM_ATTR_LOW_SHARE)
 PRISM_ATTR(anticipate_us, PRISM_ATTR_ANTICIPATE_US)
 PRISM_ATTR(flow_idle_us, PRISM_ATTR_FLOW_IDLE_US)
 PRISM_ATTR(target_latency_us, PRISM_ATTR_TARGET_LATENCY_US)
-PRISM_ATTR(sync_write_expire, PRISM_ATTR_SYNC_WRITE_EXPIRE)
-PRISM_ATTR(quantum_us, PRISM_ATTR_QUANTUM_US)
-PRISM_ATTR(flow_depth, PRISM_ATTR_FLOW_DEPTH)
 PRISM_ATTR(cost_rkbps, PRISM_ATTR_COST_RKBPS)
 PRISM_ATTR(cost_rseqiops, PRISM_ATTR_COST_RSEQIOPS)
 PRISM_ATTR(cost_rrandiops, PRISM_ATTR_COST_RRANDIOPS)
@@ -409,7 +351,6 @@ PRISM_ATTR(cost_wrandiops, PRISM_ATTR_COST_WRANDIOPS)
 PRISM_ATTR(cost_model, PRISM_ATTR_COST_MODEL)
 PRISM_ATTR(normal_rate_kbps, PRISM_ATTR_NORMAL_RATE_KBPS)
 PRISM_ATTR(low_rate_kbps, PRISM_ATTR_LOW_RATE_KBPS)
-PRISM_ATTR(rate_burst_us, PRISM_ATTR_RATE_BURST_US)
 PRISM_ATTR(bulk_merge_kb, PRISM_ATTR_BULK_MERGE_KB)
 PRISM_ATTR(latency_hist, PRISM_ATTR_LATENCY_HIST)
 PRISM_ATTR(writeback_low, PRISM_ATTR_WRITEBACK_LOW)
@@ -426,18 +367,11 @@ struct elv_fs_entry prism_attrs[] = {
 	PRISM_ATTR_ENTRY(prio_aging_expire),
 	PRISM_ATTR_ENTRY(be_high_max),
 	PRISM_ATTR_ENTRY(be_low_min),
-	PRISM_ATTR_ENTRY(normal_depth),
-	PRISM_ATTR_ENTRY(low_depth),
-	PRISM_ATTR_ENTRY(seq_gap),
-	PRISM_ATTR_ENTRY(sort_mode),
 	PRISM_ATTR_ENTRY(normal_share),
 	PRISM_ATTR_ENTRY(low_share),
 	PRISM_ATTR_ENTRY(anticipate_us),
 	PRISM_ATTR_ENTRY(flow_idle_us),
 	PRISM_ATTR_ENTRY(target_latency_us),
-	PRISM_ATTR_ENTRY(sync_write_expire),
-	PRISM_ATTR_ENTRY(quantum_us),
-	PRISM_ATTR_ENTRY(flow_depth),
 	PRISM_ATTR_ENTRY(cost_rkbps),
 	PRISM_ATTR_ENTRY(cost_rseqiops),
 	PRISM_ATTR_ENTRY(cost_rrandiops),
@@ -447,7 +381,6 @@ struct elv_fs_entry prism_attrs[] = {
 	PRISM_ATTR_ENTRY(cost_model),
 	PRISM_ATTR_ENTRY(normal_rate_kbps),
 	PRISM_ATTR_ENTRY(low_rate_kbps),
-	PRISM_ATTR_ENTRY(rate_burst_us),
 	PRISM_ATTR_ENTRY(bulk_merge_kb),
 	PRISM_ATTR_ENTRY(latency_hist),
 	PRISM_ATTR_ENTRY(writeback_low),

@@ -132,8 +132,11 @@ def phase_in_trace(trace: Path, marks: list[int]) -> list[dict]:
     return rows[start + 1:end]
 
 
-def learned_cost_s(learned: dict, rows: list[dict],
-                   seq_gap: int = selftest.TUNABLES["seq_gap"][0]) -> float:
+# prism's fixed seq_gap (prism_tunables_init(); no longer a tunable in v3).
+SEQ_GAP = 64
+
+
+def learned_cost_s(learned: dict, rows: list[dict], seq_gap: int = SEQ_GAP) -> float:
     """Seconds the learned read coefficients charge for the drive's
     commands @rows, as prism_cost() does: a 4 KiB read's time less its
     transfer (sequential when it starts within seq_gap sectors of where

@@ -30,24 +30,17 @@ SCHEDULERS = ["none", "mq-deadline", "kyber", "bfq", "prism"]
 TUNABLES = {
     "read_expire": (500, 1000, 0, 3600000),
     "write_expire": (5000, 2000, 0, 3600000),
-    "sync_write_expire": (500, 300, 0, 3600000),
     "writes_starved": (2, 4, 0, 2**31 - 1),
     "front_merges": (1, 0, 0, 1),
     "fifo_batch": (16, 8, 0, 2**31 - 1),
     "prio_aging_expire": (10000, 2000, 0, 3600000),
     "be_high_max": (2, 1, -1, 7),
     "be_low_min": (6, 7, 0, 8),
-    "normal_depth": (75, 60, 1, 100),
-    "low_depth": (50, 40, 1, 100),
-    "seq_gap": (64, 128, 0, 1 << 20),
-    "sort_mode": (0, 2, 0, 2),
     "normal_share": (25, 30, 0, 50),
     "low_share": (10, 20, 0, 50),
     "anticipate_us": (-1, 2000, -1, 100000),
     "flow_idle_us": (-1, 4000, -1, 100000),
     "target_latency_us": (0, 5000, 0, 10000000),
-    "quantum_us": (16000, 8000, 10, 1000000),
-    "flow_depth": (50, 75, 1, 100),
     "cost_rkbps": (0, 100000, 0, 2**31 - 1),
     "cost_rseqiops": (0, 3000, 0, 10000000),
     "cost_rrandiops": (0, 200, 0, 10000000),
@@ -57,7 +50,6 @@ TUNABLES = {
     "normal_rate_kbps": (0, 51200, 0, 2**31 - 1),
     "low_rate_kbps": (0, 20480, 0, 2**31 - 1),
     "writeback_low": (1, 0, 0, 1),
-    "rate_burst_us": (100000, 2000, 1, 10000000),
     "bulk_merge_kb": (0, 128, 0, 1 << 20),
     "latency_hist": (0, 1, 0, 1),
 }
@@ -189,38 +181,62 @@ def repeating(period: float, action):
         t.join()
 
 
-# The v2 tunables away from their defaults, for the verify checks: data
-# must survive whatever they are set to.
+def queue_write_rc(dev: str, name: str, value) -> int:
+    """Write a queue attribute; 0 or the errno (for repeating())."""
+    try:
+        g.write_queue(dev, name, value)
+        return 0
+    except OSError as e:
+        return e.errno or -1
+
+
+@contextlib.contextmanager
+def rotational(dev: str, value: int):
+    """@dev's queue flagged rotational (1) or not (0) in the block, which
+    sets prism's order (sector order on rotational media, arrival order
+    on flash: v3 has no sort_mode); yields the flag as it was, and puts
+    it back on the way out."""
+    path = g.SYS_BLOCK / dev / "queue" / "rotational"
+    before = int(path.read_text())
+    g.write_queue(dev, "rotational", value)
+    try:
+        yield before
+    finally:
+        g.write_queue(dev, "rotational", before)
+
+
+# Tunables away from their defaults, for the verify checks: data must
+# survive whatever they are set to.
 VERIFY_TUNABLES: dict[str, dict[str, int | str]] = {
-    "virtio": {"cost_model": "auto", "quantum_us": 2000, "flow_depth": 10,
-               "latency_hist": 1},
-    "nvme": {"quantum_us": 100, "flow_depth": 1, "cost_rrandiops": 200,
+    "virtio": {"cost_model": "auto", "latency_hist": 1},
+    "nvme": {"cost_rrandiops": 200,
              "cost_rkbps": 100000, "cost_wkbps": 90000, "cost_wrandiops": 150,
              "low_rate_kbps": 102400, "flow_idle_us": 1000,
-             "writeback_low": 0, "rate_burst_us": 2000, "bulk_merge_kb": 64,
+             "writeback_low": 0, "bulk_merge_kb": 64,
              "latency_hist": 1},
 }
 
 
 def check_verify(ctx, devkey: str) -> dict:
     """Data written under prism reads back intact (fio crc32c) from jobs
-    at every class, while sort_mode flips, with some devices' v2
+    at every class, while the queue's rotational flag flips (and with it
+    sector order: the sort trees are rebuilt), with some devices'
     tunables away from their defaults; every request leaves the books."""
     dev = ctx[devkey]
     tunables = VERIFY_TUNABLES.get(devkey, {})
     g.set_scheduler(dev, "prism", tunables)
     set_ok = all(g.read_tunable(dev, k) == str(v) for k, v in tunables.items())
-    # Exercise the sort-mode switch (tree rebuild) while I/O runs: 1, 2, 1...
-    with repeating(0.5, lambda tick: [g.write_tunable(dev, "sort_mode",
-                                                      1 + (tick - 1) % 2)]) as flips:
-        res = run_verify(dev, ctx["size_mb"][devkey], devkey)
-    g.write_tunable(dev, "sort_mode", 0)
+    # The order switch (tree rebuild) while I/O runs: sorted, not, sorted...
+    with rotational(dev, 1):
+        with repeating(0.5, lambda tick: [queue_write_rc(dev, "rotational",
+                                                         tick % 2)]) as flips:
+            res = run_verify(dev, ctx["size_mb"][devkey], devkey)
     books = conservation(dev)
     tiers = books["tiers"]
     classified = all(tiers[t]["inserted"] > 0 for t in ("high", "normal", "low"))
     ok = (res["errors"] == 0 and books["balanced"] and classified and set_ok
           and all(f == 0 for f in flips) and len(flips) > 0)
-    return {"ok": ok, "device": dev, "tunables": tunables, "sort_mode_flips": len(flips),
+    return {"ok": ok, "device": dev, "tunables": tunables, "order_flips": len(flips),
             "every_tier_used": classified, **res, **books}
 
 
@@ -1324,7 +1340,6 @@ def check_rate_cap(ctx) -> dict:
                     "dispatched": tiers["low"]["dispatched"],
                     "balanced": conservation(dev)["balanced"]}
     lift = rate_cap_lift(dev)
-    tiny = rate_cap_tiny_burst(dev)
     g.set_scheduler(dev, "prism")
     capped, free = out[cap_kib], out[0]
     target = cap_kib / 1024
@@ -1335,9 +1350,9 @@ def check_rate_cap(ctx) -> dict:
     ok = (abs(capped["mib_s"] / target - 1) <= 0.10
           and 0 < capped["throttled"] <= 3 * capped["dispatched"]
           and free["mib_s"] >= 2 * target and free["throttled"] == 0
-          and capped["balanced"] and free["balanced"] and lift["ok"] and tiny["ok"])
+          and capped["balanced"] and free["balanced"] and lift["ok"])
     return {"ok": ok, "cap_mib_s": target, "capped": capped, "uncapped": free,
-            "lift": lift, "tiny_burst": tiny}
+            "lift": lift}
 
 
 def idle_dd_reads(dev: str) -> subprocess.Popen:
@@ -1356,32 +1371,6 @@ def wait_rc(p: subprocess.Popen, timeout: float) -> int:
     except subprocess.TimeoutExpired:
         p.kill()
         return -1
-
-
-def rate_cap_tiny_burst(dev: str) -> dict:
-    """A burst too short to hold one token's worth still lets the capped
-    tier through: at low_rate_kbps=100 and rate_burst_us=4 the bucket's
-    burst is under a thousandth of a token by the flash model, and a
-    bucket that held none was never ready (the tier stayed held for good,
-    found in review). Each 4 KiB read costs its IDLE reader about 40 ms of
-    the cap: 20 reads take most of a second, not the few milliseconds the
-    device needs, and finish. Should they not, the cap is lifted so that
-    the boot goes on, and the check fails."""
-    g.set_scheduler(dev, "none")
-    g.set_scheduler(dev, "prism", {"low_rate_kbps": 100, "rate_burst_us": 4})
-    start = time.monotonic()
-    p = idle_dd_reads(dev)
-    try:
-        rc = p.wait(timeout=30)
-        finished = True
-    except subprocess.TimeoutExpired:
-        finished = False
-        g.write_tunable(dev, "low_rate_kbps", 0)
-        rc = wait_rc(p, 30)
-    took_s = time.monotonic() - start
-    books = conservation(dev)
-    return {"ok": finished and rc == 0 and took_s >= 0.5 and books["balanced"],
-            "finished_under_cap": finished, "seconds": round(took_s, 2), "rc": rc}
 
 
 def rate_cap_lift(dev: str) -> dict:
@@ -1476,22 +1465,23 @@ def check_share_sweep(ctx) -> dict:
     dispatches. (Sweeping from wherever the last HIGH dispatch left the
     head gave the lowest reader nearly all of them.)"""
     dev = ctx["nullb"]
-    g.set_scheduler(dev, "prism", {"prio_aging_expire": 0, "low_share": 30,
-                                   "sort_mode": 1})
-    g.write_queue(dev, "nr_requests", SCHED_TAGS)
-    args = ["--direct=1", "--ioengine=libaio", "--runtime=6", "--exitall",
-            "--time_based=1", "--ramp_time=1", "--group_reporting=0",
-            f"--filename=/dev/{dev}", "--name=high", "--rw=randread", "--bs=4k",
-            "--iodepth=16", "--prioclass=1", "--prio=0", "--size=1G"]
-    lows = [f"low{gib}" for gib in (1, 2, 3)]
-    for gib in (1, 2, 3):
-        args += [f"--name=low{gib}", "--rw=read", "--bs=128k", "--iodepth=4",
-                 "--prioclass=2", "--prio=7", f"--offset={gib}G", "--size=512M"]
-    rep = g.fio(args=args, timeout=300)
-    ios = {name: job(rep, name)["ios"] for name in lows}
-    tiers = g.prism_tiers(dev)
-    books = conservation(dev)
-    g.set_scheduler(dev, "prism")       # defaults again for the checks after
+    # Sector order: the device flagged rotational.
+    with rotational(dev, 1):
+        g.set_scheduler(dev, "prism", {"prio_aging_expire": 0, "low_share": 30})
+        g.write_queue(dev, "nr_requests", SCHED_TAGS)
+        args = ["--direct=1", "--ioengine=libaio", "--runtime=6", "--exitall",
+                "--time_based=1", "--ramp_time=1", "--group_reporting=0",
+                f"--filename=/dev/{dev}", "--name=high", "--rw=randread", "--bs=4k",
+                "--iodepth=16", "--prioclass=1", "--prio=0", "--size=1G"]
+        lows = [f"low{gib}" for gib in (1, 2, 3)]
+        for gib in (1, 2, 3):
+            args += [f"--name=low{gib}", "--rw=read", "--bs=128k", "--iodepth=4",
+                     "--prioclass=2", "--prio=7", f"--offset={gib}G", "--size=512M"]
+        rep = g.fio(args=args, timeout=300)
+        ios = {name: job(rep, name)["ios"] for name in lows}
+        tiers = g.prism_tiers(dev)
+        books = conservation(dev)
+        g.set_scheduler(dev, "prism")       # defaults again for the checks after
     fair = min(ios.values()) >= 0.5 * max(ios.values()) > 0
     return {"ok": fair and tiers["low"]["shared"] > 0 and books["balanced"],
             "low_ios": ios, "tiers": tiers}
@@ -1653,26 +1643,28 @@ def check_mapping_flips(ctx) -> dict:
     a request onto another tier's FIFO: the books balance and dispatch
     never finds a tier's count and list disagreeing (a WARN)."""
     dev = ctx["nullb"]
-    # Sector order: merges find their neighbours through the sort trees too.
-    g.set_scheduler(dev, "prism", {"sort_mode": 1})
-    g.write_queue(dev, "nr_requests", SCHED_TAGS)
+    # Sector order (the device flagged rotational): merges find their
+    # neighbours through the sort trees too.
+    with rotational(dev, 1):
+        g.set_scheduler(dev, "prism")
+        g.write_queue(dev, "nr_requests", SCHED_TAGS)
 
-    def flip(tick):
-        return [g.write_tunable(dev, "be_high_max", 1 + tick % 2),
-                g.write_tunable(dev, "be_low_min", 6 + tick % 2)]
-    args = ["--direct=1", "--ioengine=libaio", "--runtime=8", "--time_based=1",
-            "--group_reporting=0", f"--filename=/dev/{dev}", "--rw=randwrite",
-            "--bs=4k", "--size=256k", "--norandommap=1", "--iodepth=32",
-            "--iodepth_batch_submit=16", "--randrepeat=0"]
-    for i, level in enumerate((1, 2, 6, 7)):
-        args += [f"--name=be{level}", "--prioclass=2", f"--prio={level}",
-                 f"--offset={i * 64}M"]
-    with repeating(0.01, flip) as flips:
-        rep = g.fio(args=args, timeout=300)
-    books = conservation(dev)
-    tiers = books["tiers"]
-    merged = sum(tt["merged"] for tt in tiers.values())
-    g.set_scheduler(dev, "prism")       # defaults again for the checks after
+        def flip(tick):
+            return [g.write_tunable(dev, "be_high_max", 1 + tick % 2),
+                    g.write_tunable(dev, "be_low_min", 6 + tick % 2)]
+        args = ["--direct=1", "--ioengine=libaio", "--runtime=8", "--time_based=1",
+                "--group_reporting=0", f"--filename=/dev/{dev}", "--rw=randwrite",
+                "--bs=4k", "--size=256k", "--norandommap=1", "--iodepth=32",
+                "--iodepth_batch_submit=16", "--randrepeat=0"]
+        for i, level in enumerate((1, 2, 6, 7)):
+            args += [f"--name=be{level}", "--prioclass=2", f"--prio={level}",
+                     f"--offset={i * 64}M"]
+        with repeating(0.01, flip) as flips:
+            rep = g.fio(args=args, timeout=300)
+        books = conservation(dev)
+        tiers = books["tiers"]
+        merged = sum(tt["merged"] for tt in tiers.values())
+        g.set_scheduler(dev, "prism")       # defaults again for the checks after
     ok = (books["balanced"] and all(f == 0 for f in flips) and len(flips) > 100
           and merged > 100 and all(j["error"] == 0 for j in rep["jobs"]))
     return {"ok": ok, "flips": len(flips), "merged": merged,
@@ -1812,23 +1804,26 @@ def check_requeue(ctx) -> dict:
     before = int((g.SYS_BLOCK / dev / "requeued").read_text())
     every.write_text("7\n")
     try:
-        g.set_scheduler(dev, "prism", {"sort_mode": 1})
-        g.write_queue(dev, "nr_requests", 32)
-        common = ["--direct=1", "--ioengine=libaio", "--runtime=5", "--time_based=1",
-                  f"--filename=/dev/{dev}", "--group_reporting=0", "--size=32M"]
-        jobs = [["--name=rt_read", "--rw=randread", "--bs=4k", "--iodepth=16",
-                 "--prioclass=1"],
-                ["--name=be_write", "--rw=randwrite", "--bsrange=4k-64k", "--iodepth=16",
-                 "--prioclass=2", "--prio=4", "--offset=64M"],
-                ["--name=idle_fua", "--rw=write", "--bs=8k", "--iodepth=8", "--sync=dsync",
-                 "--prioclass=3", "--offset=128M"],
-                ["--name=be7_trim", "--rw=randtrim", "--bs=16k", "--iodepth=8",
-                 "--prioclass=2", "--prio=7", "--offset=192M"]]
-        rep = g.fio(args=common + [a for j in jobs for a in j], timeout=300)
-        books = conservation(dev)
-        tiers = books["tiers"]
-        driver_requeues = int((g.SYS_BLOCK / dev / "requeued").read_text()) - before
-        g.set_scheduler(dev, "none")
+        # Sorted (the device flagged rotational), so that requests sit in
+        # the sort trees whose node the driver's union overwrites.
+        with rotational(dev, 1):
+            g.set_scheduler(dev, "prism")
+            g.write_queue(dev, "nr_requests", 32)
+            common = ["--direct=1", "--ioengine=libaio", "--runtime=5", "--time_based=1",
+                      f"--filename=/dev/{dev}", "--group_reporting=0", "--size=32M"]
+            jobs = [["--name=rt_read", "--rw=randread", "--bs=4k", "--iodepth=16",
+                     "--prioclass=1"],
+                    ["--name=be_write", "--rw=randwrite", "--bsrange=4k-64k", "--iodepth=16",
+                     "--prioclass=2", "--prio=4", "--offset=64M"],
+                    ["--name=idle_fua", "--rw=write", "--bs=8k", "--iodepth=8", "--sync=dsync",
+                     "--prioclass=3", "--offset=128M"],
+                    ["--name=be7_trim", "--rw=randtrim", "--bs=16k", "--iodepth=8",
+                     "--prioclass=2", "--prio=7", "--offset=192M"]]
+            rep = g.fio(args=common + [a for j in jobs for a in j], timeout=300)
+            books = conservation(dev)
+            tiers = books["tiers"]
+            driver_requeues = int((g.SYS_BLOCK / dev / "requeued").read_text()) - before
+            g.set_scheduler(dev, "none")
     finally:
         every.write_text("0\n")
     requeued = sum(t["requeued"] for t in tiers.values())

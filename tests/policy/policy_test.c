@@ -407,14 +407,6 @@ TEST(tier_depth_never_zero)
 	CHECK_EQ(prism_tier_depth(PRISM_LOW, 8, &t), 8);
 }
 
-TEST(sort_mode_follows_media)
-{
-	CHECK(prism_sorted(PRISM_SORT_AUTO, true));
-	CHECK(!prism_sorted(PRISM_SORT_AUTO, false));
-	CHECK(prism_sorted(PRISM_SORT_SECTOR, false));
-	CHECK(!prism_sorted(PRISM_SORT_FIFO, true));
-}
-
 /*
  * Dispatch @n times with the tiers in @busy always backlogged (reads, in
  * arrival order at time 10, never expiring before @now = 20) and count
