@@ -248,6 +248,68 @@ bool prism_cgroup_of(struct request *rq, struct prism_cgroup_info *info)
 }
 
 /*
+ * @cgrp's path, written straight into @m's buffer: the show runs where it
+ * must not allocate (see prism_debugfs_lock()). A path that does not fit
+ * marks the buffer full, and seq_read() retries with a larger one.
+ * kernfs_path_from_node() cuts the last name short with scnprintf() and
+ * returns what it wrote, so a path that filled the buffer may have been
+ * cut: only one that left a byte over is taken as whole.
+ */
+static void prism_cg_seq_path(struct seq_file *m, struct cgroup *cgrp)
+{
+	char *buf;
+	size_t size = seq_get_buf(m, &buf);
+	int len = size ? cgroup_path(cgrp, buf, size) : -E2BIG;
+
+	if (len >= 0 && (size_t)len + 1 < size) {
+		seq_commit(m, len);
+	} else if (size < PATH_MAX) {
+		seq_commit(m, -1);
+	} else {
+		seq_commit(m, 0);
+		seq_putc(m, '?');
+	}
+}
+
+/*
+ * debugfs "cgroups": the cgroups prism knows on this disk (those
+ * prism_cgroup_of() can return: online and not the root), with their
+ * cgroup_id() and the weight in force; the path last, as it may hold
+ * spaces. Under the queue_lock, which keeps the list. A blkg stays on it
+ * after it went offline until its free work ran, which on 6.12 and 7.3
+ * frees its pd (and on 6.12 may drop its cgroup) before taking it off
+ * without the queue_lock: only an online blkg's pd and cgroup are
+ * looked at. blkg_destroy() takes it offline under the queue_lock, and
+ * deactivation frees the pds under it too.
+ */
+int prism_cgroup_show(void *data, struct seq_file *m)
+{
+	struct request_queue *q = data;
+	struct blkcg_gq *blkg;
+
+	seq_puts(m, "cgroup weight path\n");
+	if (!prism_cg_registered)
+		return 0;
+	spin_lock_irq(&q->queue_lock);
+	list_for_each_entry(blkg, &q->blkg_list, q_node) {
+		struct prism_cg *pcg;
+		struct cgroup *cgrp;
+
+		if (!blkg->parent || !blkg->online)
+			continue;
+		pcg = blkg_to_pcg(blkg);
+		if (!pcg || !pcg->online)
+			continue;
+		cgrp = blkg->blkcg->css.cgroup;
+		seq_printf(m, "%llu %u ", cgroup_id(cgrp), prism_cg_weight(pcg));
+		prism_cg_seq_path(m, cgrp);
+		seq_putc(m, '\n');
+	}
+	spin_unlock_irq(&q->queue_lock);
+	return 0;
+}
+
+/*
  * At the end of init_sched(), with prism's data set up: the core
  * allocates a pd for each of the queue's blkgs, with the queue frozen.
  * Failing, the queue is scheduled per process.

@@ -26,6 +26,7 @@ void prism_cgroup_unregister(void);
 void prism_cgroup_activate(struct request_queue *q);
 void prism_cgroup_deactivate(struct request_queue *q);
 bool prism_cgroup_of(struct request *rq, struct prism_cgroup_info *info);
+int prism_cgroup_show(void *data, struct seq_file *m);
 #else
 static inline void prism_cgroup_register(void)
 {
