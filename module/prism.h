@@ -6,7 +6,8 @@
  * operations, the request lifecycle, dispatch and the in-flight control;
  * prism_sysfs.c the tunables; prism_debugfs.c what debugfs shows. The
  * decisions are prism_policy.c's; prism_compat.h holds what differs
- * between kernels. Locking is described at the top of prism_sched.c.
+ * between kernels; prism_cgroup.c the blkcg policy (io.prism.weight).
+ * Locking is described at the top of prism_sched.c.
  */
 #ifndef _PRISM_H
 #define _PRISM_H
@@ -35,6 +36,7 @@
 
 #include "prism_compat.h"
 #include "prism_policy.h"
+#include "prism_cgroup.h"
 
 /*
  * Per-request state in rq->elv.priv[0]: flags and the tier, set when the

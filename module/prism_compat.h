@@ -350,4 +350,133 @@ static inline void prism_hrtimer_setup(struct hrtimer *timer,
 #endif
 }
 
+#ifdef CONFIG_BLK_CGROUP
+#include "blk-cgroup.h"
+
+/*
+ * The blkcg policy API, as prism_cgroup.c uses it. Each difference is
+ * told by Kbuild from the source's block/blk-cgroup.h, not the version
+ * (see the top of this file).
+ *
+ * blkcg_activate_policy() and blkcg_deactivate_policy() take the
+ * request_queue on 6.1, the gendisk on 6.12 and 7.3 (PRISM_BLKCG_DISK). Both
+ * freeze the queue (a nested freeze where the core already has).
+ */
+#ifdef PRISM_BLKCG_DISK
+static inline int prism_blkcg_activate(struct request_queue *q,
+				       const struct blkcg_policy *pol)
+{
+	return blkcg_activate_policy(q->disk, pol);
+}
+
+static inline void prism_blkcg_deactivate(struct request_queue *q,
+					  const struct blkcg_policy *pol)
+{
+	blkcg_deactivate_policy(q->disk, pol);
+}
+#else
+static inline int prism_blkcg_activate(struct request_queue *q,
+				       const struct blkcg_policy *pol)
+{
+	return blkcg_activate_policy(q, pol);
+}
+
+static inline void prism_blkcg_deactivate(struct request_queue *q,
+					  const struct blkcg_policy *pol)
+{
+	blkcg_deactivate_policy(q, pol);
+}
+#endif
+
+/*
+ * pd_alloc_fn() is (gfp, q, blkcg) on 6.1, (disk, blkcg, gfp) on 6.12
+ * and 7.3 (PRISM_PD_ALLOC_DISK). prism_cgroup.c allocates in
+ * prism_cg_pd_alloc(); prism_cg_pd_alloc_fn() is what the policy hands
+ * the core, in this kernel's signature.
+ */
+struct blkg_policy_data *prism_cg_pd_alloc(gfp_t gfp, int node);
+
+#ifdef PRISM_PD_ALLOC_DISK
+static inline struct blkg_policy_data *
+prism_cg_pd_alloc_fn(struct gendisk *disk, struct blkcg *blkcg, gfp_t gfp)
+{
+	return prism_cg_pd_alloc(gfp, disk->node_id);
+}
+#else
+static inline struct blkg_policy_data *
+prism_cg_pd_alloc_fn(gfp_t gfp, struct request_queue *q, struct blkcg *blkcg)
+{
+	return prism_cg_pd_alloc(gfp, q->node);
+}
+#endif
+
+/*
+ * A per-disk line of a cgroup file ("MAJ:MIN ..."): on 6.1 one call,
+ * blkg_conf_prep(blkcg, pol, input, ctx), undone by blkg_conf_finish()
+ * on success only; on 6.12 blkg_conf_init(), blkg_conf_prep(), and
+ * blkg_conf_exit() whatever prep returned (PRISM_BLKG_CONF_INIT); on
+ * 7.3 blkg_conf_init(), blkg_conf_open_bdev() (which prep no longer
+ * calls), blkg_conf_prep(), each undone by its own call,
+ * blkg_conf_unprep() and blkg_conf_close_bdev() (PRISM_BLKG_CONF_UNPREP,
+ * tested first as 7.3 has blkg_conf_init() too). Here as one pair: prism_blkg_conf_prep() returns 0 with ctx->blkg the
+ * cgroup's blkg on the disk and the disk's queue_lock held (taken with
+ * spin_lock_irq()), which prism_blkg_conf_finish() releases; or -errno
+ * with nothing held (-ENODEV: no such disk; -EOPNOTSUPP: the policy is
+ * not active on it, as when prism is not its scheduler).
+ */
+#if defined(PRISM_BLKG_CONF_UNPREP)
+static inline int prism_blkg_conf_prep(struct blkcg *blkcg,
+				       const struct blkcg_policy *pol,
+				       char *input, struct blkg_conf_ctx *ctx)
+{
+	int ret;
+
+	blkg_conf_init(ctx, input);
+	ret = blkg_conf_open_bdev(ctx);
+	if (ret)
+		return ret;
+	ret = blkg_conf_prep(blkcg, pol, ctx);
+	if (ret)
+		blkg_conf_close_bdev(ctx);
+	return ret;
+}
+
+static inline void prism_blkg_conf_finish(struct blkg_conf_ctx *ctx)
+{
+	blkg_conf_unprep(ctx);
+	blkg_conf_close_bdev(ctx);
+}
+#elif defined(PRISM_BLKG_CONF_INIT)
+static inline int prism_blkg_conf_prep(struct blkcg *blkcg,
+				       const struct blkcg_policy *pol,
+				       char *input, struct blkg_conf_ctx *ctx)
+{
+	int ret;
+
+	blkg_conf_init(ctx, input);
+	ret = blkg_conf_prep(blkcg, pol, ctx);
+	if (ret)
+		blkg_conf_exit(ctx);
+	return ret;
+}
+
+static inline void prism_blkg_conf_finish(struct blkg_conf_ctx *ctx)
+{
+	blkg_conf_exit(ctx);
+}
+#else
+static inline int prism_blkg_conf_prep(struct blkcg *blkcg,
+				       const struct blkcg_policy *pol,
+				       char *input, struct blkg_conf_ctx *ctx)
+{
+	return blkg_conf_prep(blkcg, pol, input, ctx);
+}
+
+static inline void prism_blkg_conf_finish(struct blkg_conf_ctx *ctx)
+{
+	blkg_conf_finish(ctx);
+}
+#endif
+#endif /* CONFIG_BLK_CGROUP */
+
 #endif /* _PRISM_COMPAT_H */

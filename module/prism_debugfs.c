@@ -2,7 +2,8 @@
 /*
  * What prism shows under /sys/kernel/debug/block/<dev>/sched/: its books
  * per tier, the batch, flows, the cost model and the in-flight control,
- * and the latency histograms. Each file is read under prism's lock.
+ * and the latency histograms. Each file is read under prism's lock;
+ * "cgroups" (prism_cgroup.c) under the queue's queue_lock.
  */
 #include <linux/uaccess.h>
 
@@ -344,6 +345,9 @@ PRISM_DEBUGFS_GUARD(prism_batch_show)
 PRISM_DEBUGFS_GUARD(prism_streams_show)
 PRISM_DEBUGFS_GUARD(prism_flows_show)
 PRISM_DEBUGFS_GUARD(prism_cost_show)
+#ifdef CONFIG_BLK_CGROUP
+PRISM_DEBUGFS_GUARD(prism_cgroup_show)
+#endif
 
 const struct blk_mq_debugfs_attr prism_queue_debugfs_attrs[] = {
 	{"latency", 0600, prism_latency_show_guarded, prism_latency_write},
@@ -353,5 +357,8 @@ const struct blk_mq_debugfs_attr prism_queue_debugfs_attrs[] = {
 	{"streams", 0400, prism_streams_show_guarded},
 	{"flows", 0400, prism_flows_show_guarded},
 	{"cost", 0400, prism_cost_show_guarded},
+#ifdef CONFIG_BLK_CGROUP
+	{"cgroups", 0400, prism_cgroup_show_guarded},
+#endif
 	{},
 };

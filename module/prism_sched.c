@@ -2875,6 +2875,12 @@ static int prism_init_sched(struct request_queue *q, prism_init_sched_t arg)
 
 	q->elevator = eq;
 	prism_async_depth_init(q);
+	/*
+	 * Last, with everything above in place: activation freezes the
+	 * queue and gives each of its cgroups prism's data. It cannot fail
+	 * the switch: without it the queue is scheduled per process.
+	 */
+	prism_cgroup_activate(q);
 	return 0;
 }
 
@@ -2883,6 +2889,8 @@ static void prism_exit_sched(struct elevator_queue *e)
 	struct prism_data *pd = e->elevator_data;
 	int t, f;
 
+	/* First, while prism's data is whole; the queue is frozen. */
+	prism_cgroup_deactivate(pd->q);
 	/* The queue is frozen and quiesced: no dispatch re-arms it now. */
 	hrtimer_cancel(&pd->window_timer);
 	hrtimer_cancel(&pd->rate_timer);
@@ -2954,14 +2962,26 @@ static struct elevator_type prism_sched = {
 };
 MODULE_ALIAS("prism-iosched");
 
+/*
+ * The blkcg policy is registered before the elevator, so that it is in
+ * place for the first init_sched(), and unregistered after it, when no
+ * queue is prism's. Its failure leaves prism per process (it says so).
+ */
 static int __init prism_init(void)
 {
-	return elv_register(&prism_sched);
+	int ret;
+
+	prism_cgroup_register();
+	ret = elv_register(&prism_sched);
+	if (ret)
+		prism_cgroup_unregister();
+	return ret;
 }
 
 static void __exit prism_exit(void)
 {
 	elv_unregister(&prism_sched);
+	prism_cgroup_unregister();
 }
 
 module_init(prism_init);

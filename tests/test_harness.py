@@ -205,6 +205,18 @@ def test_shallow_depth_meaning_detected_per_kernel(built):
     assert per_word == (k.series == "6.1")
 
 
+def test_blkcg_api_detected_per_kernel(built):
+    """The blkcg policy API (io.prism.weight) takes the queue on 6.1 and
+    the gendisk on 6.12, with blkg_conf_init()/_exit() only on 6.12; the
+    build tells from block/blk-cgroup.h, and compiles the policy in."""
+    k, ko = built
+    cmd = (ko.parent / ".prism_cgroup.o.cmd").read_text()
+    later = k.series != "6.1"
+    for macro in ("PRISM_BLKCG_DISK", "PRISM_PD_ALLOC_DISK", "PRISM_BLKG_CONF_INIT"):
+        assert (f"-D{macro}" in cmd) == later, macro
+    assert "-DPRISM_BLKG_CONF_UNPREP" not in cmd
+
+
 def test_no_kernel_source_in_repo():
     tracked = subprocess.run(["git", "ls-files"], capture_output=True, text=True,
                              cwd=REPO).stdout.split()

@@ -1,5 +1,6 @@
 """Runs the userspace policy tests (tests/policy/*.c), compiled against
-module/prism_policy.c with sanitizers, one pytest case each."""
+module/prism_policy.c and module/prism_cgweight.c (the pure C of the
+module) with sanitizers, one pytest case each."""
 
 import re
 import subprocess
@@ -9,6 +10,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 SRCS = sorted((REPO / "tests" / "policy").glob("*.c"))
+PURE = [REPO / "module" / f for f in ("prism_policy.c", "prism_cgweight.c")]
 NAMES = [name for src in SRCS
          for name in re.findall(r"^TEST\((\w+)\)", src.read_text(), re.M)]
 
@@ -18,7 +20,7 @@ def policy_binary(tmp_path_factory):
     out = tmp_path_factory.mktemp("policy") / "policy_test"
     cmd = ["gcc", "-Wall", "-Wextra", "-Werror", "-std=gnu11", "-O1", "-g",
            "-fsanitize=address,undefined", "-fno-sanitize-recover=all",
-           f"-I{REPO / 'module'}", str(REPO / "module" / "prism_policy.c"), *map(str, SRCS),
+           f"-I{REPO / 'module'}", *map(str, PURE), *map(str, SRCS),
            "-o", str(out)]
     r = subprocess.run(cmd, capture_output=True, text=True)
     assert r.returncode == 0, f"policy tests do not compile:\n{r.stderr}"
