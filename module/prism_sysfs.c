@@ -21,13 +21,6 @@ enum prism_attr_id {
 	PRISM_ATTR_ANTICIPATE_US,
 	PRISM_ATTR_FLOW_IDLE_US,
 	PRISM_ATTR_TARGET_LATENCY_US,
-	PRISM_ATTR_COST_RKBPS,
-	PRISM_ATTR_COST_RSEQIOPS,
-	PRISM_ATTR_COST_RRANDIOPS,
-	PRISM_ATTR_COST_WKBPS,
-	PRISM_ATTR_COST_WSEQIOPS,
-	PRISM_ATTR_COST_WRANDIOPS,
-	PRISM_ATTR_COST_MODEL,
 	PRISM_ATTR_NORMAL_RATE_KBPS,
 	PRISM_ATTR_LOW_RATE_KBPS,
 	PRISM_ATTR_WRITEBACK_LOW,
@@ -64,14 +57,6 @@ static const struct prism_attr_range prism_attr_ranges[] = {
 	[PRISM_ATTR_ANTICIPATE_US]	= { PRISM_AUTO, PRISM_ACTIVE_NS / NSEC_PER_USEC },
 	[PRISM_ATTR_FLOW_IDLE_US]	= { PRISM_AUTO, PRISM_ACTIVE_NS / NSEC_PER_USEC },
 	[PRISM_ATTR_TARGET_LATENCY_US]	= { 0, 10 * USEC_PER_SEC },
-	/* Cost coefficients: 0 (the media's default) or more. */
-	[PRISM_ATTR_COST_RKBPS]		= { 0, INT_MAX },
-	[PRISM_ATTR_COST_RSEQIOPS]	= { 0, 10000000 },
-	[PRISM_ATTR_COST_RRANDIOPS]	= { 0, 10000000 },
-	[PRISM_ATTR_COST_WKBPS]		= { 0, INT_MAX },
-	[PRISM_ATTR_COST_WSEQIOPS]	= { 0, 10000000 },
-	[PRISM_ATTR_COST_WRANDIOPS]	= { 0, 10000000 },
-	[PRISM_ATTR_COST_MODEL]		= { 0, 1 },
 	[PRISM_ATTR_NORMAL_RATE_KBPS]	= { 0, INT_MAX },
 	[PRISM_ATTR_LOW_RATE_KBPS]	= { 0, INT_MAX },
 	[PRISM_ATTR_WRITEBACK_LOW]	= { 0, 1 },
@@ -133,20 +118,6 @@ static int prism_attr_get(struct prism_data *pd, const struct prism_tunables *t,
 		return div_u64(t->flow_idle, NSEC_PER_USEC);
 	case PRISM_ATTR_TARGET_LATENCY_US:
 		return div_u64(t->target, NSEC_PER_USEC);
-	case PRISM_ATTR_COST_RKBPS:
-		return div_u64(t->cost.bps[PRISM_READ], 1024);
-	case PRISM_ATTR_COST_RSEQIOPS:
-		return t->cost.seqiops[PRISM_READ];
-	case PRISM_ATTR_COST_RRANDIOPS:
-		return t->cost.randiops[PRISM_READ];
-	case PRISM_ATTR_COST_WKBPS:
-		return div_u64(t->cost.bps[PRISM_WRITE], 1024);
-	case PRISM_ATTR_COST_WSEQIOPS:
-		return t->cost.seqiops[PRISM_WRITE];
-	case PRISM_ATTR_COST_WRANDIOPS:
-		return t->cost.randiops[PRISM_WRITE];
-	case PRISM_ATTR_COST_MODEL:
-		return t->cost_auto;
 	case PRISM_ATTR_NORMAL_RATE_KBPS:
 		return t->rate_kbps[PRISM_NORMAL];
 	case PRISM_ATTR_LOW_RATE_KBPS:
@@ -170,9 +141,45 @@ static ssize_t prism_attr_show(struct elevator_queue *e, char *page,
 	spin_lock(&pd->lock);
 	val = prism_attr_get(pd, prism_tun(pd), id);
 	spin_unlock(&pd->lock);
-	if (id == PRISM_ATTR_COST_MODEL)
-		return sysfs_emit(page, "%s\n", prism_cost_model_name[val]);
 	return sysfs_emit(page, "%d\n", val);
+}
+
+/*
+ * Publish @t, a valid changed copy of the tunables, in @new, under the
+ * lock, with what is derived from it; returns the set it replaces, for
+ * kfree_rcu() once the lock is dropped.
+ */
+static struct prism_tun_rcu *prism_tun_publish(struct prism_data *pd,
+					       struct prism_tun_rcu *new,
+					       const struct prism_tunables *t)
+{
+	struct prism_tun_rcu *old;
+
+	new->t = *t;
+	old = rcu_replace_pointer(pd->tun, new, lockdep_is_held(&pd->lock));
+	WRITE_ONCE(pd->flow_frac, prism_flow_frac(t->flow_depth));
+	WRITE_ONCE(pd->writeback_low, t->writeback_low);
+	pd->rate_capped = t->rate_kbps[PRISM_HIGH] ||
+			  t->rate_kbps[PRISM_NORMAL] || t->rate_kbps[PRISM_LOW];
+	/*
+	 * The next dispatch recomputes lane_off; none takes the lane till.
+	 * What is on the lane joins its flows now: dispatch serves the lane
+	 * without asking the caps, so a rate cap set here would otherwise
+	 * let up to a device's depth of requests past it, uncharged (found
+	 * in review; no test produces it: the lane admits only what the
+	 * device takes at once, so a request stays on it for microseconds).
+	 */
+	prism_lane_close(pd);
+	pd->lane_checked = jiffies - 1;
+	prism_model_update(pd);
+	/*
+	 * A cap or a hold lifted or loosened (or a cost changed under one)
+	 * must free what it holds now, not when its timer fires: while the
+	 * queue is parked, has_work() says there is no work, and nothing
+	 * else would run the queue.
+	 */
+	prism_unpark(pd);
+	return old;
 }
 
 /*
@@ -189,14 +196,9 @@ static ssize_t prism_attr_store(struct elevator_queue *e, const char *page,
 	unsigned long *jp;
 	int val, ret;
 
-	if (id == PRISM_ATTR_COST_MODEL)
-		ret = sysfs_match_string(prism_cost_model_name, page);
-	else
-		ret = kstrtoint(page, 0, &val);
+	ret = kstrtoint(page, 0, &val);
 	if (ret < 0)
 		return -EINVAL;
-	if (id == PRISM_ATTR_COST_MODEL)
-		val = ret;
 	if (val < r->min || val > r->max)
 		return -EINVAL;
 	new = kzalloc(sizeof(*new), GFP_KERNEL);
@@ -242,27 +244,6 @@ static ssize_t prism_attr_store(struct elevator_queue *e, const char *page,
 		case PRISM_ATTR_TARGET_LATENCY_US:
 			t.target = (u64)val * NSEC_PER_USEC;
 			break;
-		case PRISM_ATTR_COST_RKBPS:
-			t.cost.bps[PRISM_READ] = (u64)val * 1024;
-			break;
-		case PRISM_ATTR_COST_RSEQIOPS:
-			t.cost.seqiops[PRISM_READ] = val;
-			break;
-		case PRISM_ATTR_COST_RRANDIOPS:
-			t.cost.randiops[PRISM_READ] = val;
-			break;
-		case PRISM_ATTR_COST_WKBPS:
-			t.cost.bps[PRISM_WRITE] = (u64)val * 1024;
-			break;
-		case PRISM_ATTR_COST_WSEQIOPS:
-			t.cost.seqiops[PRISM_WRITE] = val;
-			break;
-		case PRISM_ATTR_COST_WRANDIOPS:
-			t.cost.randiops[PRISM_WRITE] = val;
-			break;
-		case PRISM_ATTR_COST_MODEL:
-			t.cost_auto = val;
-			break;
 		case PRISM_ATTR_NORMAL_RATE_KBPS:
 			t.rate_kbps[PRISM_NORMAL] = val;
 			break;
@@ -284,34 +265,133 @@ static ssize_t prism_attr_store(struct elevator_queue *e, const char *page,
 		kfree(new);
 		return -EINVAL;
 	}
-	new->t = t;
-	old = rcu_replace_pointer(pd->tun, new, lockdep_is_held(&pd->lock));
-	WRITE_ONCE(pd->flow_frac, prism_flow_frac(t.flow_depth));
-	WRITE_ONCE(pd->writeback_low, t.writeback_low);
-	pd->rate_capped = t.rate_kbps[PRISM_HIGH] || t.rate_kbps[PRISM_NORMAL] ||
-			  t.rate_kbps[PRISM_LOW];
-	/*
-	 * The next dispatch recomputes lane_off; none takes the lane till.
-	 * What is on the lane joins its flows now: dispatch serves the lane
-	 * without asking the caps, so a rate cap set here would otherwise
-	 * let up to a device's depth of requests past it, uncharged (found
-	 * in review; no test produces it: the lane admits only what the
-	 * device takes at once, so a request stays on it for microseconds).
-	 */
-	prism_lane_close(pd);
-	pd->lane_checked = jiffies - 1;
-	prism_model_update(pd);
+	old = prism_tun_publish(pd, new, &t);
 	if (id == PRISM_ATTR_FRONT_MERGES)
 		WRITE_ONCE(pd->front_merges, val);
 	if (id == PRISM_ATTR_LATENCY_HIST)
 		WRITE_ONCE(pd->latency_hist, val);
-	/*
-	 * A cap or a hold lifted or loosened (or a cost changed under one)
-	 * must free what it holds now, not when its timer fires: while the
-	 * queue is parked, has_work() says there is no work, and nothing
-	 * else would run the queue.
-	 */
-	prism_unpark(pd);
+	spin_unlock(&pd->lock);
+	kfree_rcu(old, rcu);
+	blk_mq_run_hw_queues(pd->q, true);
+	return count;
+}
+
+/*
+ * cost_model: the cost model as one value set, in the shape of iocost's
+ * io.cost.model: "fixed" or "auto" (learn the coefficients left at 0 from
+ * completion times), then rbps, rseqiops, rrandiops, wbps, wseqiops and
+ * wrandiops (bytes per second streaming; 4 KiB I/Os per second,
+ * sequential and random), 0 meaning the media's default. A write names
+ * the mode, any of the keys, or both; what it does not name keeps its
+ * value. v2 had a file per coefficient (cost_rkbps, in KiB/s, ...).
+ */
+static const char *const prism_cost_keys[] = {
+	"rbps", "rseqiops", "rrandiops", "wbps", "wseqiops", "wrandiops",
+};
+
+#define PRISM_COST_KEYS		ARRAY_SIZE(prism_cost_keys)
+#define PRISM_COST_BPS_MAX	((u64)INT_MAX << 10)
+#define PRISM_COST_IOPS_MAX	10000000ULL
+
+struct prism_cost_write {
+	int mode;		/* in prism_cost_model_name, -1: unchanged */
+	u32 set;		/* the keys given, by bit */
+	u64 val[PRISM_COST_KEYS];
+};
+
+/* Parse @buf (modified) into @w: 0, or -EINVAL for anything amiss. */
+static int prism_cost_parse(char *buf, struct prism_cost_write *w)
+{
+	char *tok, *eq;
+	u64 v;
+	int i;
+
+	w->mode = -1;
+	w->set = 0;
+	while ((tok = strsep(&buf, " \t\n"))) {
+		if (!*tok)
+			continue;
+		eq = strchr(tok, '=');
+		if (!eq) {
+			i = match_string(prism_cost_model_name,
+					 ARRAY_SIZE(prism_cost_model_name), tok);
+			if (i < 0 || w->mode >= 0)
+				return -EINVAL;
+			w->mode = i;
+			continue;
+		}
+		*eq = '\0';
+		i = match_string(prism_cost_keys, PRISM_COST_KEYS, tok);
+		if (i < 0 || (w->set & BIT(i)) || kstrtou64(eq + 1, 10, &v))
+			return -EINVAL;
+		if (v > (i % 3 ? PRISM_COST_IOPS_MAX : PRISM_COST_BPS_MAX))
+			return -EINVAL;
+		w->set |= BIT(i);
+		w->val[i] = v;
+	}
+	return w->mode < 0 && !w->set ? -EINVAL : 0;
+}
+
+static ssize_t prism_cost_model_show(struct elevator_queue *e, char *page)
+{
+	struct prism_data *pd = e->elevator_data;
+	struct prism_cost_params c;
+	bool learn;
+
+	spin_lock(&pd->lock);
+	c = prism_tun(pd)->cost;
+	learn = prism_tun(pd)->cost_auto;
+	spin_unlock(&pd->lock);
+	return sysfs_emit(page, "%s rbps=%llu rseqiops=%u rrandiops=%u wbps=%llu wseqiops=%u wrandiops=%u\n",
+			  prism_cost_model_name[learn], c.bps[PRISM_READ],
+			  c.seqiops[PRISM_READ], c.randiops[PRISM_READ],
+			  c.bps[PRISM_WRITE], c.seqiops[PRISM_WRITE],
+			  c.randiops[PRISM_WRITE]);
+}
+
+static ssize_t prism_cost_model_store(struct elevator_queue *e,
+				      const char *page, size_t count)
+{
+	struct prism_data *pd = e->elevator_data;
+	struct prism_tun_rcu *new, *old;
+	struct prism_cost_write w;
+	struct prism_tunables t;
+	char *buf;
+	int ret, i;
+
+	buf = kstrndup(page, count, GFP_KERNEL);
+	if (!buf)
+		return -ENOMEM;
+	ret = prism_cost_parse(buf, &w);
+	kfree(buf);
+	if (ret)
+		return ret;
+	new = kzalloc(sizeof(*new), GFP_KERNEL);
+	if (!new)
+		return -ENOMEM;
+
+	spin_lock(&pd->lock);
+	t = *prism_tun(pd);
+	if (w.mode >= 0)
+		t.cost_auto = w.mode;
+	for (i = 0; i < PRISM_COST_KEYS; i++) {
+		int dir = i < 3 ? PRISM_READ : PRISM_WRITE;
+
+		if (!(w.set & BIT(i)))
+			continue;
+		if (i % 3 == 0)
+			t.cost.bps[dir] = w.val[i];
+		else if (i % 3 == 1)
+			t.cost.seqiops[dir] = w.val[i];
+		else
+			t.cost.randiops[dir] = w.val[i];
+	}
+	if (!prism_tunables_valid(&t)) {
+		spin_unlock(&pd->lock);
+		kfree(new);
+		return -EINVAL;
+	}
+	old = prism_tun_publish(pd, new, &t);
 	spin_unlock(&pd->lock);
 	kfree_rcu(old, rcu);
 	blk_mq_run_hw_queues(pd->q, true);
@@ -342,13 +422,6 @@ PRISM_ATTR(low_share, PRISM_ATTR_LOW_SHARE)
 PRISM_ATTR(anticipate_us, PRISM_ATTR_ANTICIPATE_US)
 PRISM_ATTR(flow_idle_us, PRISM_ATTR_FLOW_IDLE_US)
 PRISM_ATTR(target_latency_us, PRISM_ATTR_TARGET_LATENCY_US)
-PRISM_ATTR(cost_rkbps, PRISM_ATTR_COST_RKBPS)
-PRISM_ATTR(cost_rseqiops, PRISM_ATTR_COST_RSEQIOPS)
-PRISM_ATTR(cost_rrandiops, PRISM_ATTR_COST_RRANDIOPS)
-PRISM_ATTR(cost_wkbps, PRISM_ATTR_COST_WKBPS)
-PRISM_ATTR(cost_wseqiops, PRISM_ATTR_COST_WSEQIOPS)
-PRISM_ATTR(cost_wrandiops, PRISM_ATTR_COST_WRANDIOPS)
-PRISM_ATTR(cost_model, PRISM_ATTR_COST_MODEL)
 PRISM_ATTR(normal_rate_kbps, PRISM_ATTR_NORMAL_RATE_KBPS)
 PRISM_ATTR(low_rate_kbps, PRISM_ATTR_LOW_RATE_KBPS)
 PRISM_ATTR(bulk_merge_kb, PRISM_ATTR_BULK_MERGE_KB)
@@ -372,12 +445,6 @@ struct elv_fs_entry prism_attrs[] = {
 	PRISM_ATTR_ENTRY(anticipate_us),
 	PRISM_ATTR_ENTRY(flow_idle_us),
 	PRISM_ATTR_ENTRY(target_latency_us),
-	PRISM_ATTR_ENTRY(cost_rkbps),
-	PRISM_ATTR_ENTRY(cost_rseqiops),
-	PRISM_ATTR_ENTRY(cost_rrandiops),
-	PRISM_ATTR_ENTRY(cost_wkbps),
-	PRISM_ATTR_ENTRY(cost_wseqiops),
-	PRISM_ATTR_ENTRY(cost_wrandiops),
 	PRISM_ATTR_ENTRY(cost_model),
 	PRISM_ATTR_ENTRY(normal_rate_kbps),
 	PRISM_ATTR_ENTRY(low_rate_kbps),

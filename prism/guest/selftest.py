@@ -41,21 +41,28 @@ TUNABLES = {
     "anticipate_us": (-1, 2000, -1, 100000),
     "flow_idle_us": (-1, 4000, -1, 100000),
     "target_latency_us": (0, 5000, 0, 10000000),
-    "cost_rkbps": (0, 100000, 0, 2**31 - 1),
-    "cost_rseqiops": (0, 3000, 0, 10000000),
-    "cost_rrandiops": (0, 200, 0, 10000000),
-    "cost_wkbps": (0, 90000, 0, 2**31 - 1),
-    "cost_wseqiops": (0, 2500, 0, 10000000),
-    "cost_wrandiops": (0, 150, 0, 10000000),
     "normal_rate_kbps": (0, 51200, 0, 2**31 - 1),
     "low_rate_kbps": (0, 20480, 0, 2**31 - 1),
     "writeback_low": (1, 0, 0, 1),
     "bulk_merge_kb": (0, 128, 0, 1 << 20),
     "latency_hist": (0, 1, 0, 1),
 }
-# Tunables that take a keyword: (default, every keyword offered).
+# cost_model: "fixed" or "auto" and six coefficients, as it reads.
+COST_DEFAULT = "fixed rbps=0 rseqiops=0 rrandiops=0 wbps=0 wseqiops=0 wrandiops=0"
+# Tunables that take words: (default as shown, {a write, in this order:
+# what reads back after it}, writes that must be refused).
 KEYWORD_TUNABLES = {
-    "cost_model": ("fixed", ("fixed", "auto")),
+    "cost_model": (COST_DEFAULT, {
+        "auto": COST_DEFAULT.replace("fixed", "auto"),
+        "rrandiops=200 wbps=92160000":
+            "auto rbps=0 rseqiops=0 rrandiops=200 wbps=92160000 wseqiops=0 wrandiops=0",
+        "fixed rbps=2199023254528 wseqiops=10000000":
+            "fixed rbps=2199023254528 rseqiops=0 rrandiops=200 wbps=92160000 "
+            "wseqiops=10000000 wrandiops=0",
+        COST_DEFAULT: COST_DEFAULT,
+    }, ("abc", "\n", "1", "autox", "auto fixed", "rbps", "rbps=", "rbps=x", "rbps=-1",
+        "rbps=0x10", "rbps=2199023254529", "rrandiops=10000001", "foo=1", "rbps=1 rbps=2",
+        "auto rbps=1 bogus")),
 }
 EINVAL = 22
 
@@ -208,9 +215,9 @@ def rotational(dev: str, value: int):
 # Tunables away from their defaults, for the verify checks: data must
 # survive whatever they are set to.
 VERIFY_TUNABLES: dict[str, dict[str, int | str]] = {
-    "virtio": {"cost_model": "auto", "latency_hist": 1},
-    "nvme": {"cost_rrandiops": 200,
-             "cost_rkbps": 100000, "cost_wkbps": 90000, "cost_wrandiops": 150,
+    "virtio": {"cost_model": COST_DEFAULT.replace("fixed", "auto"), "latency_hist": 1},
+    "nvme": {"cost_model": "fixed rbps=102400000 rseqiops=0 rrandiops=200 wbps=92160000 "
+                           "wseqiops=0 wrandiops=150",
              "low_rate_kbps": 102400, "flow_idle_us": 1000,
              "writeback_low": 0, "bulk_merge_kb": 64,
              "latency_hist": 1},
@@ -1126,18 +1133,19 @@ def check_tunables(ctx) -> dict:
             if err or int(got) != val:
                 failures.append(f"{name}={val}: errno {err}, reads back {got}")
         g.write_tunable(dev, name, default)
-    for kname, (kdefault, offered) in KEYWORD_TUNABLES.items():
+    for kname, (kdefault, writes, bads) in KEYWORD_TUNABLES.items():
         before = g.read_tunable(dev, kname)
-        for bad in ("abc", "\n", "1", f"{offered[-1]}x", " ".join(offered)):
+        for bad in bads:
             err = g.write_tunable(dev, kname, bad)
             after = g.read_tunable(dev, kname)
             if err != EINVAL or after != before:
                 failures.append(f"{kname}={bad!r}: errno {err}, {before} -> {after}")
-        for word in offered[::-1] + (kdefault,):
-            err = g.write_tunable(dev, kname, word)
+        for words, shown in writes.items():
+            err = g.write_tunable(dev, kname, words)
             got = g.read_tunable(dev, kname)
-            if err or got != word:
-                failures.append(f"{kname}={word}: errno {err}, reads back {got}")
+            if err or got != shown:
+                failures.append(f"{kname}={words!r}: errno {err}, reads back {got!r}")
+        g.write_tunable(dev, kname, kdefault)
     # The BE cut-offs may not cross.
     for name, val in (("be_high_max", 6), ("be_low_min", 2)):
         before = g.read_tunable(dev, name)
@@ -2245,10 +2253,10 @@ def stress_value(rng, name: str):
     """A value for tunable @name: valid at random (often an extreme),
     or invalid (out of range, or not a number); (value, valid)."""
     if name in KEYWORD_TUNABLES:
-        words = KEYWORD_TUNABLES[name][1]
+        _shown, writes, bads = KEYWORD_TUNABLES[name]
         if rng.random() < 0.8:
-            return rng.choice(words), True
-        return rng.choice(STRESS_BAD_VALUES + ("1", words[0] + "x")), False
+            return rng.choice(sorted(writes)), True
+        return rng.choice(STRESS_BAD_VALUES + bads), False
     _default, _good, lo, hi = TUNABLES[name]
     r = rng.random()
     if r < 0.25:
