@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import json
 import math
 import os
@@ -2426,6 +2427,124 @@ def check_stress(ctx) -> dict:
             "drain_bound_s": STRESS_DRAIN_S, "rounds": rounds}
 
 
+def file_write_rc(path: Path, text: str) -> int:
+    """Write @text to @path in one write(); 0 or the errno answered."""
+    try:
+        fd = os.open(path, os.O_WRONLY)
+    except OSError as e:
+        return e.errno or -1
+    try:
+        os.write(fd, text.encode())
+        return 0
+    except OSError as e:
+        return e.errno or -1
+    finally:
+        os.close(fd)
+
+
+def in_cgroup(cg: Path, cmd: str) -> subprocess.Popen:
+    """@cmd (a shell command) started in cgroup @cg."""
+    return subprocess.Popen(["bash", "-c", f'echo $$ > "{cg}/cgroup.procs" && exec {cmd}'],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def stop(p: subprocess.Popen) -> None:
+    p.kill()
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        p.wait(timeout=30)
+
+
+# Refused writes to io.prism.weight: every one EINVAL, as the issue asks
+# (bfq answers ERANGE for an out-of-range weight).
+CGROUP_BAD_WEIGHTS = ["0", "10001", "-1", "abc", "default", "default 0", "default 10001",
+                      "0x64", "0144", "100x", "{mm} 0", "{mm} 10001", "{mm} abc", "{mm}",
+                      "{mm} default 1"]
+
+
+def check_cgroup_weight(ctx) -> dict:
+    """io.prism.weight, the blkcg policy's file (issue 42's plumbing; no
+    scheduling by cgroup yet): not on the root cgroup; in a cgroup (its
+    name with a space) it reads "default 100", takes W, "default W",
+    "MAJ:MIN W" and "MAJ:MIN default" and reads back in io.bfq.weight's
+    format line for line; every bad write is refused with EINVAL, a
+    device that does not exist with ENODEV, one not under prism with
+    EOPNOTSUPP, and none changes the file. debugfs "cgroups" lists the
+    cgroup with its weight, path last. A cgroup removed while its reader
+    has I/O in flight leaves the list; switching the disk away from
+    prism and back under a cgroup's I/O leaves the books balanced. (The
+    unload check afterwards unloads the module the policy came with.)"""
+    dev, other = ctx["nullb"], ctx["nullb_tags"]
+    root = Path("/sys/fs/cgroup")
+    if not (root / "cgroup.subtree_control").exists():
+        g.sh(f"mount -t cgroup2 none {root}", check=False)
+    if not (root / "cgroup.subtree_control").exists():
+        return {"ok": False, "error": "no cgroup v2 hierarchy at /sys/fs/cgroup"}
+    g.sh(f"echo +io > {root}/cgroup.subtree_control", check=False)
+    g.set_scheduler(dev, "prism")
+    g.set_scheduler(other, "bfq")
+    mm = (g.SYS_BLOCK / dev / "dev").read_text().strip()
+    mm_other = (g.SYS_BLOCK / other / "dev").read_text().strip()
+    out: dict = {"root_file": (root / "io.prism.weight").exists()}
+    cg = root / "prism test"
+    cg.mkdir(exist_ok=True)
+    w, b = cg / "io.prism.weight", cg / "io.bfq.weight"
+    out["default"] = w.read_text()
+    out["set_rc"] = [file_write_rc(w, "300"), file_write_rc(w, "default 50"),
+                     file_write_rc(w, f"{mm} 700")]
+    out["read"] = w.read_text()
+    bfq_rc = [file_write_rc(b, "default 50"), file_write_rc(b, f"{mm_other} 700")]
+    bfq_read = b.read_text() if b.exists() else None
+    out["bfq_read"] = bfq_read
+    out["same_format"] = bfq_read is not None and all(rc == 0 for rc in bfq_rc) and (
+        bfq_read.replace(mm_other, mm) == out["read"])
+    before = w.read_text()
+    out["bad"] = {t.format(mm=mm): file_write_rc(w, t.format(mm=mm)) for t in CGROUP_BAD_WEIGHTS}
+    out["no_device"] = file_write_rc(w, "4095:1048575 100")
+    out["not_prism"] = file_write_rc(w, f"{mm_other} 100")
+    out["unchanged"] = w.read_text() == before
+    g.mount_debugfs()
+    listing = g.DEBUGFS / "block" / dev / "sched" / "cgroups"
+    reader = in_cgroup(cg, f"dd if=/dev/{dev} of=/dev/null bs=4k count=2000 iflag=direct")
+    reader.wait(timeout=120)
+    out["listed"] = listing.read_text()
+    out["reset_rc"] = file_write_rc(w, f"{mm} default")
+    out["after_reset"] = w.read_text()
+    # A cgroup removed while its reader has I/O in flight.
+    gone = root / "prism-gone"
+    gone.mkdir(exist_ok=True)
+    file_write_rc(gone / "io.prism.weight", "10")
+    reader = in_cgroup(gone, f"dd if=/dev/{dev} of=/dev/null bs=4k iflag=direct "
+                             "count=100000000")
+    time.sleep(2)
+    out["gone_listed"] = "/prism-gone" in listing.read_text()
+    (root / "cgroup.procs").write_text(f"{reader.pid}\n")
+    gone.rmdir()
+    time.sleep(1)
+    out["gone_left"] = "/prism-gone" not in listing.read_text()
+    stop(reader)
+    # Switches under a cgroup's I/O.
+    reader = in_cgroup(cg, f"dd if=/dev/{dev} of=/dev/null bs=4k iflag=direct count=100000000")
+    time.sleep(1)
+    for sched in ("mq-deadline", "prism", "none", "prism"):
+        g.set_scheduler(dev, sched)
+        time.sleep(0.5)
+    (root / "cgroup.procs").write_text(f"{reader.pid}\n")
+    stop(reader)
+    books = conservation(dev)
+    g.set_scheduler(other, "none")
+    cg.rmdir()
+    line = next((x for x in out["listed"].splitlines()[1:] if x.endswith("/prism test")), "")
+    ok = (not out["root_file"] and out["default"].strip() == "default 100"
+          and all(rc == 0 for rc in out["set_rc"])
+          and out["read"] == f"default 50\n{mm} 700\n" and out["same_format"]
+          and all(rc == EINVAL for rc in out["bad"].values())
+          and out["no_device"] == errno.ENODEV and out["not_prism"] == errno.EOPNOTSUPP
+          and out["unchanged"] and line.split()[1:2] == ["700"]
+          and out["reset_rc"] == 0 and out["after_reset"] == "default 50\n"
+          and out["gone_listed"] and out["gone_left"] and books["balanced"])
+    return {"ok": ok, **out, "line": line, **books}
+
+
 def check_unload(ctx) -> dict:
     """rmmod is refused while prism is in use and clean after switching away."""
     users = [d.name for d in g.SYS_BLOCK.iterdir() if (d / "queue" / "scheduler").exists()]
@@ -2443,9 +2562,17 @@ def check_unload(ctx) -> dict:
     g.sh(f"dd if=/dev/{ctx['nullb']} of=/dev/null bs=4k count=100 iflag=direct")
     g.set_scheduler(ctx["nullb"], "none")
     again = g.unload_prism().returncode == 0
-    return {"ok": refused and unloaded and again, "refused_while_used": refused,
-            "rmmod_busy_stderr": busy.stderr.strip(), "unloaded": unloaded,
-            "reload_cycle": again}
+    # The blkcg policy left with the module: a new cgroup has no file of it.
+    policy_gone = None
+    root = Path("/sys/fs/cgroup")
+    if (root / "cgroup.subtree_control").exists():
+        after = root / "prism-after-unload"
+        after.mkdir(exist_ok=True)
+        policy_gone = not (after / "io.prism.weight").exists()
+        after.rmdir()
+    return {"ok": refused and unloaded and again and policy_gone is not False,
+            "refused_while_used": refused, "rmmod_busy_stderr": busy.stderr.strip(),
+            "unloaded": unloaded, "reload_cycle": again, "cgroup_policy_gone": policy_gone}
 
 
 CHECKS = [
@@ -2489,6 +2616,7 @@ CHECKS = [
     ("device_depth", check_device_depth),
     ("hold_parks", check_hold_parks),
     ("tags_short", check_tags_short),
+    ("cgroup_weight", check_cgroup_weight),
     ("unload", check_unload),
 ]
 
