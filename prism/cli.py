@@ -1,6 +1,7 @@
 """prism: the one command-line entry point.
 
   prism fetch --kernel 6.12         install image+headers, extract block/ from source
+                                    (7.3: a trixie build root, the image extracted)
   prism build --kernel 6.12         build prism-iosched.ko against it
   prism checkpatch                  checkpatch.pl --no-tree -f on the module sources
   prism vm --kernel 6.12 -- CMD     boot the kernel under QEMU, module at $PRISM_KO
@@ -82,7 +83,11 @@ def cmd_fetch(args) -> int:
     for k in _kernels(args.kernel):
         kernels.fetch(k)
         kernels.log(f"{k.abi}: image {k.vmlinuz}, headers {k.headers_dir}, "
-                    f"block/ in {kernels.block_dir(k)}")
+                    f"block/ in {kernels.block_dir(k)}"
+                    + (f"; built in {kernels.build_root(k)}, modules {k.modules_dir}"
+                       if k.root else "")
+                    + ("" if k.vm_tested else "; not booted by the test suite yet "
+                       "(vm_tested=False in prism/host/kernels.py)"))
     return 0
 
 
@@ -343,7 +348,7 @@ def cmd_disk_params(args) -> int:
 
 def _vm_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kernel", default="6.12",
-                   help="6.1, 6.12 (default), a comma list or all")
+                   help="6.1, 6.12 (default), 7.3, a comma list or all")
     p.add_argument("--memory", default="2G", help="guest memory (default 2G)")
     p.add_argument("--cpus", type=int, default=2, help="guest CPUs (default 2)")
     p.add_argument("--accel", choices=("auto", "tcg", "kvm", "icount"), default="auto",
@@ -382,19 +387,19 @@ def parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("fetch", help="install a pinned kernel and extract its block/ headers")
     p.add_argument("--kernel", default="6.12",
-                   help="6.1, 6.12 (default), a comma list or all")
+                   help="6.1, 6.12 (default), 7.3, a comma list or all (every pin)")
     p.set_defaults(func=cmd_fetch)
 
     p = sub.add_parser("build", help="build prism-iosched.ko for a pinned kernel")
     p.add_argument("--kernel", default="6.12",
-                   help="6.1, 6.12 (default), a comma list or all")
+                   help="6.1, 6.12 (default), 7.3, a comma list or all (every pin)")
     p.add_argument("--no-fetch", action="store_true",
                    help="do not install or download anything")
     p.set_defaults(func=cmd_build)
 
     p = sub.add_parser("checkpatch", help="checkpatch.pl --no-tree -f on the module")
     p.add_argument("--kernel", default="6.12",
-                   help="whose checkpatch.pl: 6.1, 6.12 (default), a comma list or all")
+                   help="whose checkpatch.pl: 6.1, 6.12 (default), 7.3, a comma list or all")
     p.set_defaults(func=cmd_checkpatch)
 
     p = sub.add_parser("vm", help="boot a kernel under QEMU and run a command")
@@ -498,7 +503,7 @@ def parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("profile", help="instructions per I/O by kernel function under each "
                                        "scheduler (icount + a QEMU plugin, one boot)")
-    p.add_argument("--kernel", default="6.12", help="6.1 or 6.12 (default)")
+    p.add_argument("--kernel", default="6.12", help="6.1, 6.12 (default) or 7.3")
     p.add_argument("--schedulers", default="mq-deadline,prism",
                    help="comma list; the first is the baseline (default mq-deadline,prism)")
     p.add_argument("--ios", type=int, default=200000,

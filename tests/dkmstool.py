@@ -77,7 +77,8 @@ BUILD_TOOLS = ("dpkg-buildpackage", "dh_dkms", "lintian")
 def install_package(out: Path) -> Package:
     """Build the .deb into @out, apt-install it (DKMS builds what it can
     at once), then have DKMS build and install it for every pinned kernel
-    from the cached linux-source .debs. Stops at the first failure, which
+    the host's apt installs (kernels.host_kernels(); a build root's kernel
+    is not the host's) from the cached linux-source .debs. Stops at the first failure, which
     the Package records; never raises for one."""
     pkg = Package()
     missing = [t for t in BUILD_TOOLS + ("apt-get", "dkms") if not shutil.which(t)]
@@ -94,7 +95,7 @@ def install_package(out: Path) -> Package:
     if os.geteuid() != 0:
         pkg.why_not = "installing a package needs root"
         return pkg
-    if package_installed() or any(installed_kos(k) for k in kernels.KERNELS.values()):
+    if package_installed() or any(installed_kos(k) for k in kernels.host_kernels()):
         pkg.why_not = "prism-iosched is installed on this machine: not touching it"
         return pkg
     pkg.install = subprocess.run(["apt-get", "install", "-y", "-q", "--no-install-recommends",
@@ -103,7 +104,7 @@ def install_package(out: Path) -> Package:
         pkg.why_not = "apt-get install failed (tests/test_deb.py shows why)"
         return pkg
     env = dict(APT_ENV, PRISM_SOURCE_DIR=str(kernels.cache_dir() / "debs"))
-    for k in kernels.KERNELS.values():
+    for k in kernels.host_kernels():
         kernels.fetch(k)
         pkg.dkms[k.abi] = subprocess.run(["dkms", "install", f"prism-iosched/{VERSION}",
                                           "-k", k.abi], capture_output=True, text=True, env=env)
@@ -118,7 +119,7 @@ def purge_package(pkg: Package) -> list[str]:
     r = subprocess.run(["apt-get", "purge", "-y", "-q", "prism-iosched-dkms"],
                        capture_output=True, text=True, env=APT_ENV)
     left = [] if r.returncode == 0 else [f"apt-get purge failed: {r.stderr[-1000:]}"]
-    left += [str(ko) for k in kernels.KERNELS.values() for ko in installed_kos(k)]
+    left += [str(ko) for k in kernels.host_kernels() for ko in installed_kos(k)]
     if Path(f"/usr/src/prism-iosched-{VERSION}").exists():
         left.append(f"/usr/src/prism-iosched-{VERSION}")
     return left

@@ -59,7 +59,7 @@ def test_mismatched_source_is_refused(tmp_path):
     assert not (tmp_path / "prism-iosched.ko").exists()
 
 
-@pytest.mark.parametrize("series", sorted(kernels.KERNELS))
+@pytest.mark.parametrize("series", [k.series for k in kernels.host_kernels()])
 def test_dkms_builds_and_installs(tmp_path, series, request):
     """DKMS builds and installs the module into a copy of the kernel's
     module tree. When this run boots @series, the session's package
