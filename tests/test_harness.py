@@ -147,8 +147,8 @@ def test_cli_has_one_entry_point():
     r = subprocess.run([sys.executable, "-m", "prism.cli", "--help"],
                        capture_output=True, text=True, cwd=REPO)
     assert r.returncode == 0
-    for sub in ("fetch", "build", "checkpatch", "vm", "selftest", "blktests", "bench", "disk",
-                "demo"):
+    for sub in ("fetch", "build", "checkpatch", "kernels", "vm", "selftest", "blktests", "bench",
+                "disk", "demo"):
         assert sub in r.stdout
     version = subprocess.run([sys.executable, "-m", "prism.cli", "--version"],
                              capture_output=True, text=True, cwd=REPO)
