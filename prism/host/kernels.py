@@ -97,7 +97,7 @@ class Kernel:
 # The pins: the tested set. Change a kernel here and nowhere else
 # (`prism kernels update` rewrites these lines).
 KERNELS = {
-    "6.1": Kernel("6.1", "6.1.0-56-amd64", "6.1.192-2"),
+    "6.1": Kernel("6.1", "6.1.0-57-amd64", "6.1.192-3"),
     "6.12": Kernel("6.12", "6.12.117+deb12-amd64", "6.12.117-1~deb12u1"),
     "7.3": Kernel("7.3", "7.3.4+deb13-amd64", "7.3.4-1~bpo13+1", root="trixie",
                   vm_tested=False),
