@@ -29,16 +29,33 @@ def dkms(tmp: Path, step: list[str]) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, capture_output=True, text=True, env=env)
 
 
+def add(tmp: Path, kernel_range: tuple[str, str] | None = None) -> None:
+    """Copy the source into @tmp and dkms add it; @kernel_range: the
+    (oldest, newest) series its kernel-range names instead of the real ones."""
+    src = tmp / "src" / f"prism-iosched-{VERSION}"
+    shutil.copytree(MODULE, src, ignore=shutil.ignore_patterns("*.o", "*.ko", ".*"))
+    if kernel_range:
+        (src / "kernel-range").write_text("PRISM_OLDEST_SERIES={}\nPRISM_NEWEST_SERIES={}\n"
+                                          .format(*kernel_range))
+    (tmp / "tree").mkdir(exist_ok=True)
+    r = dkms(tmp, ["add"])
+    assert r.returncode == 0, (r.stdout[-2000:], r.stderr[-2000:])
+
+
+def build_install(tmp: Path, k: kernels.Kernel, installtree: Path | None = None) -> None:
+    """dkms build and install the added source for @k: into
+    @installtree, or the kernel's own module tree (depmod run)."""
+    install = ["--installtree", str(installtree)] if installtree else []
+    for step in (["build", "-k", k.abi], ["install", "-k", k.abi] + install):
+        r = dkms(tmp, step)
+        assert r.returncode == 0, (step, r.stdout[-2000:], r.stderr[-2000:])
+
+
 def add_build_install(tmp: Path, k: kernels.Kernel, installtree: Path | None = None) -> None:
     """Copy the source into @tmp and dkms add, build and install it for
     @k: into @installtree, or the kernel's own module tree (depmod run)."""
-    src = tmp / "src" / f"prism-iosched-{VERSION}"
-    shutil.copytree(MODULE, src, ignore=shutil.ignore_patterns("*.o", "*.ko", ".*"))
-    (tmp / "tree").mkdir(exist_ok=True)
-    install = ["--installtree", str(installtree)] if installtree else []
-    for step in (["add"], ["build", "-k", k.abi], ["install", "-k", k.abi] + install):
-        r = dkms(tmp, step)
-        assert r.returncode == 0, (step, r.stdout[-2000:], r.stderr[-2000:])
+    add(tmp)
+    build_install(tmp, k, installtree)
 
 
 def installed_kos(k: kernels.Kernel) -> list[Path]:

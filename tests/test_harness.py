@@ -259,6 +259,11 @@ def test_module_builds_without_warnings(built):
     lic = subprocess.run(["modinfo", "-F", "license", str(ko)], capture_output=True,
                          text=True).stdout.strip()
     assert lic == "GPL"
+    # The series prism is tested on, once (module/kernel-range).
+    tested = subprocess.run(["modinfo", "-F", "tested_kernels", str(ko)], capture_output=True,
+                            text=True).stdout.splitlines()
+    first, last = kernels.vm_tested()[0].series, kernels.vm_tested()[-1].series
+    assert tested == [f"{first} to {last}"]
 
 
 def test_shallow_depth_meaning_detected_per_kernel(built):

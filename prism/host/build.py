@@ -24,6 +24,9 @@ MODULE_FILES = tuple(sorted(p.name for p in MODULE_SRC.glob("*.[ch]")
 # A test-only disk the VM suite loads (tests/kmod/prism_testblk.c): it
 # requeues, scribbles on the request unions and takes FUA and multi-range
 # discards, which no stock driver does on demand.
+# What Kbuild reads besides the sources.
+KBUILD_FILES = ("Kbuild", "VERSION", "kernel-range")
+
 TESTBLK_SRC = REPO / "tests" / "kmod"
 TESTBLK_NAME = "prism_testblk"
 
@@ -128,7 +131,7 @@ def _sources_digest(k: kernels.Kernel) -> str:
     source file, the kernel it is built for, the compiler and the block/
     headers used."""
     h = hashlib.sha256(f"{k.abi}\n{kernels.block_dir(k)}\n{_compiler(k)}".encode())
-    for f in ("Kbuild", "VERSION") + MODULE_FILES:
+    for f in KBUILD_FILES + MODULE_FILES:
         h.update(f.encode() + b"\0" + (MODULE_SRC / f).read_bytes())
     for f in ("Kbuild", f"{TESTBLK_NAME}.c"):
         h.update(f.encode() + b"\0" + (TESTBLK_SRC / f).read_bytes())
@@ -152,7 +155,7 @@ def build(k: kernels.Kernel, fetch: bool = True) -> Path:
     # A fresh directory per build: no stale objects from the other kernel.
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
-    for f in ("Kbuild", "VERSION") + MODULE_FILES:
+    for f in KBUILD_FILES + MODULE_FILES:
         shutil.copy2(MODULE_SRC / f, out / f)
     where = f" in the {k.root} build root" if k.root else ""
     kernels.log(f"building {MODULE_NAME}.ko for {k.abi}{where}")
