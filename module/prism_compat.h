@@ -14,6 +14,7 @@
 
 #include <linux/blk-mq.h>
 #include <linux/hrtimer.h>
+#include <linux/module.h>
 #include <linux/sbitmap.h>
 
 #include "prism_policy.h"
@@ -28,6 +29,15 @@
  */
 #ifndef CONFIG_64BIT
 #error "prism-iosched needs a 64-bit kernel: it reads 64-bit counters without a lock"
+#endif
+
+/*
+ * The oldest and newest Linux series prism is tested on ("6.1 to 6.12"),
+ * from module/kernel-range: `modinfo -F tested_kernels prism-iosched`.
+ * Kbuild defines it for prism_sched.o only, so the field appears once.
+ */
+#ifdef PRISM_TESTED_KERNELS
+MODULE_INFO(tested_kernels, PRISM_TESTED_KERNELS);
 #endif
 
 /*

@@ -1,8 +1,11 @@
 """prism: the one command-line entry point.
 
   prism fetch --kernel 6.12         install image+headers, extract block/ from source
+                                    (7.3: a trixie build root, the image extracted)
   prism build --kernel 6.12         build prism-iosched.ko against it
   prism checkpatch                  checkpatch.pl --no-tree -f on the module sources
+  prism kernels list                the pinned kernels (the tested set), where each is built
+  prism kernels update              move the pins to the newest ABI of each series
   prism vm --kernel 6.12 -- CMD     boot the kernel under QEMU, module at $PRISM_KO
   prism selftest --kernel 6.12      the in-VM check suite, one boot
   prism blktests --kernel 6.12      blktests' block tests with prism loaded, one boot
@@ -30,7 +33,7 @@ from .common.errors import PrismError, Terminated, UsageError
 from .drives import diskmodel, nbd
 from .guest import selftest
 from .guest.system import NVME_SERIAL, VIRTIO_SERIAL
-from .host import blktests, build, insnprof, kernels, pgimage, vm
+from .host import blktests, build, insnprof, kernels, pgimage, pins, vm
 
 
 def _kernels(arg: str) -> list[kernels.Kernel]:
@@ -82,7 +85,11 @@ def cmd_fetch(args) -> int:
     for k in _kernels(args.kernel):
         kernels.fetch(k)
         kernels.log(f"{k.abi}: image {k.vmlinuz}, headers {k.headers_dir}, "
-                    f"block/ in {kernels.block_dir(k)}")
+                    f"block/ in {kernels.block_dir(k)}"
+                    + (f"; built in {kernels.build_root(k)}, modules {k.modules_dir}"
+                       if k.root else "")
+                    + ("" if k.vm_tested else "; not booted by the test suite yet "
+                       "(vm_tested=False in prism/host/kernels.py)"))
     return 0
 
 
@@ -90,6 +97,41 @@ def cmd_build(args) -> int:
     for k in _kernels(args.kernel):
         ko = build.build(k, fetch=not args.no_fetch)
         kernels.log(f"built {ko}")
+    return 0
+
+
+def cmd_kernels_list(args) -> int:
+    for k in kernels.parse("all"):
+        where = (f"built in the {k.root} root, booted from the extracted image"
+                 if k.root else "installed with the host's apt")
+        booted = "booted by the test suite" if k.vm_tested else "NOT booted by the test suite"
+        print(f"{k.series:<6} {k.abi} ({k.version}, {k.release}): {where}; {booted}")
+    return 0
+
+
+def cmd_kernels_update(args) -> int:
+    """Move the pins to the newest ABI of their series (pins.py)."""
+    ks = _kernels(args.kernel)
+    listings = None
+    if args.listing:
+        d = Path(args.listing)
+        try:
+            listings = {rel: (d / f"madison-{rel}.txt").read_text()
+                        for rel in {k.release for k in ks}}
+        except OSError as e:
+            raise UsageError(f"--listing: {e}") from None
+    moves = pins.update(ks, listings, write=not args.dry_run)
+    for c in moves:
+        print(c)
+    if not moves:
+        kernels.log("every pin is the newest ABI of its series: nothing changed")
+    elif args.dry_run:
+        kernels.log(f"dry run: {pins.KERNELS_PY} not written")
+    else:
+        moved = ",".join(c.series for c in moves)
+        kernels.log(f"rewrote {pins.KERNELS_PY}. Next: prism fetch --kernel {moved}, "
+                    f"prism build --kernel {moved}, then the VM suite on each before "
+                    "committing (python3 -m pytest --kernels " + moved + ")")
     return 0
 
 
@@ -343,7 +385,7 @@ def cmd_disk_params(args) -> int:
 
 def _vm_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kernel", default="6.12",
-                   help="6.1, 6.12 (default), a comma list or all")
+                   help="6.1, 6.12 (default), 7.3, a comma list or all")
     p.add_argument("--memory", default="2G", help="guest memory (default 2G)")
     p.add_argument("--cpus", type=int, default=2, help="guest CPUs (default 2)")
     p.add_argument("--accel", choices=("auto", "tcg", "kvm", "icount"), default="auto",
@@ -382,20 +424,39 @@ def parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("fetch", help="install a pinned kernel and extract its block/ headers")
     p.add_argument("--kernel", default="6.12",
-                   help="6.1, 6.12 (default), a comma list or all")
+                   help="6.1, 6.12 (default), 7.3, a comma list or all (every pin)")
     p.set_defaults(func=cmd_fetch)
 
     p = sub.add_parser("build", help="build prism-iosched.ko for a pinned kernel")
     p.add_argument("--kernel", default="6.12",
-                   help="6.1, 6.12 (default), a comma list or all")
+                   help="6.1, 6.12 (default), 7.3, a comma list or all (every pin)")
     p.add_argument("--no-fetch", action="store_true",
                    help="do not install or download anything")
     p.set_defaults(func=cmd_build)
 
     p = sub.add_parser("checkpatch", help="checkpatch.pl --no-tree -f on the module")
     p.add_argument("--kernel", default="6.12",
-                   help="whose checkpatch.pl: 6.1, 6.12 (default), a comma list or all")
+                   help="whose checkpatch.pl: 6.1, 6.12 (default), 7.3, a comma list or all")
     p.set_defaults(func=cmd_checkpatch)
+
+    p = sub.add_parser("kernels", help="the pinned kernels: prism kernels list, "
+                       "prism kernels update")
+    ksub = p.add_subparsers(dest="kernels_cmd", metavar="COMMAND", required=True)
+    p = ksub.add_parser("list", help="the pins, where each is built, which the suite boots")
+    p.set_defaults(func=cmd_kernels_list)
+    p = ksub.add_parser("update", help="move each pin in prism/host/kernels.py to the newest "
+                        "ABI of its series in Debian's archive, and print what changed",
+                        description="Reads the archive with apt (apt-get update first: the "
+                        "host's lists for bookworm, private lists under ~/.cache/prism-7x/apt "
+                        "for trixie; /etc/apt is not touched), picks for each series the "
+                        "newest ABI whose image, headers and linux-source share a version, "
+                        "and rewrites the pins.")
+    p.add_argument("--kernel", default="all", help="the series to move: a comma list or all "
+                   "(default)")
+    p.add_argument("--dry-run", action="store_true", help="print, do not write kernels.py")
+    p.add_argument("--listing", metavar="DIR", help="read madison-RELEASE.txt files "
+                   "(apt-cache madison output) from DIR instead of the archive")
+    p.set_defaults(func=cmd_kernels_update)
 
     p = sub.add_parser("vm", help="boot a kernel under QEMU and run a command")
     _vm_options(p)
@@ -498,7 +559,7 @@ def parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("profile", help="instructions per I/O by kernel function under each "
                                        "scheduler (icount + a QEMU plugin, one boot)")
-    p.add_argument("--kernel", default="6.12", help="6.1 or 6.12 (default)")
+    p.add_argument("--kernel", default="6.12", help="6.1, 6.12 (default) or 7.3")
     p.add_argument("--schedulers", default="mq-deadline,prism",
                    help="comma list; the first is the baseline (default mq-deadline,prism)")
     p.add_argument("--ios", type=int, default=200000,

@@ -3,6 +3,10 @@
 # QEMU and virtme-ng to boot test kernels, fio, the toolchain bits Kbuild
 # uses, the pinned kernels (image + headers with apt, block/ from the
 # matching linux-source into the cache), and this Python package.
+# A pinned kernel of a newer Debian release (7.3 from trixie-backports)
+# gets a build root made with mmdebstrap and its image extracted from the
+# .deb, both in ~/.cache/prism-7x ($PRISM_ROOTS), outside the repository
+# and shared by every PRISM_CACHE (prism/host/kernels.py says how).
 # Safe to run again: what is there already is kept.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,6 +20,7 @@ export DEBIAN_FRONTEND=noninteractive
 # python3 (3.11 on Debian 12) and pip for a minimal install; the rest for
 # the VMs, the module build and packaging, and the workloads.
 APT_PACKAGES=(python3 python3-pip qemu-system-x86 kmod udev fio gcc make perl xz-utils pahole dkms
+	mmdebstrap
 	dpkg-dev debhelper dh-dkms lintian
 	busybox-static e2fsprogs util-linux procps gawk xfsprogs postgresql-15)
 

@@ -29,16 +29,33 @@ def dkms(tmp: Path, step: list[str]) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, capture_output=True, text=True, env=env)
 
 
+def add(tmp: Path, kernel_range: tuple[str, str] | None = None) -> None:
+    """Copy the source into @tmp and dkms add it; @kernel_range: the
+    (oldest, newest) series its kernel-range names instead of the real ones."""
+    src = tmp / "src" / f"prism-iosched-{VERSION}"
+    shutil.copytree(MODULE, src, ignore=shutil.ignore_patterns("*.o", "*.ko", ".*"))
+    if kernel_range:
+        (src / "kernel-range").write_text("PRISM_OLDEST_SERIES={}\nPRISM_NEWEST_SERIES={}\n"
+                                          .format(*kernel_range))
+    (tmp / "tree").mkdir(exist_ok=True)
+    r = dkms(tmp, ["add"])
+    assert r.returncode == 0, (r.stdout[-2000:], r.stderr[-2000:])
+
+
+def build_install(tmp: Path, k: kernels.Kernel, installtree: Path | None = None) -> None:
+    """dkms build and install the added source for @k: into
+    @installtree, or the kernel's own module tree (depmod run)."""
+    install = ["--installtree", str(installtree)] if installtree else []
+    for step in (["build", "-k", k.abi], ["install", "-k", k.abi] + install):
+        r = dkms(tmp, step)
+        assert r.returncode == 0, (step, r.stdout[-2000:], r.stderr[-2000:])
+
+
 def add_build_install(tmp: Path, k: kernels.Kernel, installtree: Path | None = None) -> None:
     """Copy the source into @tmp and dkms add, build and install it for
     @k: into @installtree, or the kernel's own module tree (depmod run)."""
-    src = tmp / "src" / f"prism-iosched-{VERSION}"
-    shutil.copytree(MODULE, src, ignore=shutil.ignore_patterns("*.o", "*.ko", ".*"))
-    (tmp / "tree").mkdir(exist_ok=True)
-    install = ["--installtree", str(installtree)] if installtree else []
-    for step in (["add"], ["build", "-k", k.abi], ["install", "-k", k.abi] + install):
-        r = dkms(tmp, step)
-        assert r.returncode == 0, (step, r.stdout[-2000:], r.stderr[-2000:])
+    add(tmp)
+    build_install(tmp, k, installtree)
 
 
 def installed_kos(k: kernels.Kernel) -> list[Path]:
@@ -77,7 +94,8 @@ BUILD_TOOLS = ("dpkg-buildpackage", "dh_dkms", "lintian")
 def install_package(out: Path) -> Package:
     """Build the .deb into @out, apt-install it (DKMS builds what it can
     at once), then have DKMS build and install it for every pinned kernel
-    from the cached linux-source .debs. Stops at the first failure, which
+    the host's apt installs (kernels.host_kernels(); a build root's kernel
+    is not the host's) from the cached linux-source .debs. Stops at the first failure, which
     the Package records; never raises for one."""
     pkg = Package()
     missing = [t for t in BUILD_TOOLS + ("apt-get", "dkms") if not shutil.which(t)]
@@ -94,7 +112,7 @@ def install_package(out: Path) -> Package:
     if os.geteuid() != 0:
         pkg.why_not = "installing a package needs root"
         return pkg
-    if package_installed() or any(installed_kos(k) for k in kernels.KERNELS.values()):
+    if package_installed() or any(installed_kos(k) for k in kernels.host_kernels()):
         pkg.why_not = "prism-iosched is installed on this machine: not touching it"
         return pkg
     pkg.install = subprocess.run(["apt-get", "install", "-y", "-q", "--no-install-recommends",
@@ -103,7 +121,7 @@ def install_package(out: Path) -> Package:
         pkg.why_not = "apt-get install failed (tests/test_deb.py shows why)"
         return pkg
     env = dict(APT_ENV, PRISM_SOURCE_DIR=str(kernels.cache_dir() / "debs"))
-    for k in kernels.KERNELS.values():
+    for k in kernels.host_kernels():
         kernels.fetch(k)
         pkg.dkms[k.abi] = subprocess.run(["dkms", "install", f"prism-iosched/{VERSION}",
                                           "-k", k.abi], capture_output=True, text=True, env=env)
@@ -118,7 +136,7 @@ def purge_package(pkg: Package) -> list[str]:
     r = subprocess.run(["apt-get", "purge", "-y", "-q", "prism-iosched-dkms"],
                        capture_output=True, text=True, env=APT_ENV)
     left = [] if r.returncode == 0 else [f"apt-get purge failed: {r.stderr[-1000:]}"]
-    left += [str(ko) for k in kernels.KERNELS.values() for ko in installed_kos(k)]
+    left += [str(ko) for k in kernels.host_kernels() for ko in installed_kos(k)]
     if Path(f"/usr/src/prism-iosched-{VERSION}").exists():
         left.append(f"/usr/src/prism-iosched-{VERSION}")
     return left

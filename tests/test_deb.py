@@ -19,6 +19,13 @@ DEB = f"prism-iosched-dkms_{VERSION}_all.deb"
 RULES = REPO / "packaging" / "udev"
 
 
+def kernel_range() -> tuple[str, str]:
+    """module/kernel-range's oldest and newest series."""
+    v = dict(line.split("=", 1) for line in (REPO / "module" / "kernel-range").read_text()
+             .splitlines() if "=" in line and not line.startswith("#"))
+    return v["PRISM_OLDEST_SERIES"], v["PRISM_NEWEST_SERIES"]
+
+
 def _need(*tools: str) -> None:
     for tool in tools:
         if not shutil.which(tool):
@@ -41,11 +48,16 @@ def test_package_holds_the_source_and_the_rules(deb):
                            text=True).stdout
     src = f"./usr/src/prism-iosched-{VERSION}/"
     for name in ("dkms.conf", "Makefile", "Kbuild", "VERSION", "find-block-dir.sh",
+                 "kernel-range", "check-kernel-range.sh",
                  *build.MODULE_FILES):
         assert src + name in files, name
     for rules in ("60-prism-rotational.rules", "60-prism-nonrotational.rules",
                   "60-prism-all.rules"):
         assert "./usr/share/prism-iosched/udev/" + rules in files
+    # The description states the series prism is tested on (kernel-range).
+    desc = subprocess.run(["dpkg-deb", "-f", str(deb), "Description"], capture_output=True,
+                          text=True).stdout
+    assert "Linux {} to {}".format(*kernel_range()) in " ".join(desc.split()), desc
     # Off until the admin links them: nothing in udev's own directories.
     assert "/lib/udev/rules.d" not in files and "/etc/udev" not in files
 
@@ -61,7 +73,7 @@ def test_apt_installs_it_and_dkms_builds_both_kernels(deb, dkms_package):
     if pkg.install is None:
         pytest.skip(pkg.why_not)
     assert pkg.install.returncode == 0, pkg.install.stdout[-3000:] + pkg.install.stderr[-2000:]
-    for k in kernels.KERNELS.values():
+    for k in kernels.host_kernels():
         r = pkg.dkms[k.abi]
         assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
         assert dkmstool.installed_kos(k), f"nothing installed for {k.abi}"

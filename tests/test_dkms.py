@@ -1,8 +1,11 @@
 """The module as a real machine gets it: DKMS builds and installs it for
-both pinned kernels on the host (private source, build and install
-trees; DKMS keeps its signing key in /var/lib/dkms), from the cached
+the host's pinned kernels (private source, build and install trees;
+DKMS keeps its signing key in /var/lib/dkms), from the cached
 linux-source .debs through module/find-block-dir.sh; its version is the
-project's everywhere."""
+project's everywhere. And the supported range (module/kernel-range): the
+series the VM suite passes on, in modinfo, refused outside by make and
+skipped by DKMS (without failing `dkms autoinstall`, which a kernel
+package's postinst runs), built anyway with the opt-in."""
 
 import os
 import shutil
@@ -49,7 +52,7 @@ def test_mismatched_source_is_refused(tmp_path):
     old, new = kernels.get("6.1"), kernels.get("6.12")
     for k in (old, new):
         kernels.fetch(k)
-    for f in ("Kbuild", "VERSION") + build.MODULE_FILES:
+    for f in build.KBUILD_FILES + build.MODULE_FILES:
         shutil.copy2(MODULE / f, tmp_path / f)
     r = subprocess.run(["make", "-C", str(old.headers_dir), f"M={tmp_path}",
                         f"PRISM_BLOCK_DIR={kernels.block_dir(new)}", "modules"],
@@ -59,7 +62,7 @@ def test_mismatched_source_is_refused(tmp_path):
     assert not (tmp_path / "prism-iosched.ko").exists()
 
 
-@pytest.mark.parametrize("series", sorted(kernels.KERNELS))
+@pytest.mark.parametrize("series", [k.series for k in kernels.host_kernels()])
 def test_dkms_builds_and_installs(tmp_path, series, request):
     """DKMS builds and installs the module into a copy of the kernel's
     module tree. When this run boots @series, the session's package
@@ -88,3 +91,78 @@ def test_dkms_builds_and_installs(tmp_path, series, request):
     info = subprocess.run(["modinfo", str(ko)], capture_output=True, text=True).stdout
     assert f"version:        {VERSION}" in info and f"vermagic:       {k.abi} " in info
     assert "alias:          prism-iosched" in info
+
+
+def kernel_range() -> tuple[str, str]:
+    v = dict(line.split("=", 1) for line in (MODULE / "kernel-range").read_text().splitlines()
+             if "=" in line and not line.startswith("#"))
+    return v["PRISM_OLDEST_SERIES"], v["PRISM_NEWEST_SERIES"]
+
+
+def test_the_range_is_the_series_the_vm_suite_passes_on():
+    """module/kernel-range and the pins' vm_tested switch say the same:
+    flipping a pin's vm_tested (prism/host/kernels.py) moves the range."""
+    tested = [k.series for k in kernels.vm_tested()]
+    assert kernel_range() == (tested[0], tested[-1]), (
+        "module/kernel-range must name the oldest and newest series with vm_tested=True "
+        f"in prism/host/kernels.py: {tested[0]} and {tested[-1]}")
+
+
+def _range_env(monkeypatch) -> None:
+    """No opt-in from this machine's /etc/default/prism-iosched or environment."""
+    monkeypatch.setenv("PRISM_DEFAULTS", "/nonexistent")
+    monkeypatch.delenv("PRISM_ANY_KERNEL", raising=False)
+
+
+@pytest.mark.parametrize("kver", ["7.9.1+deb14-amd64", "5.10.0-30-amd64"])
+def test_make_refuses_a_kernel_outside_the_range(tmp_path, monkeypatch, kver):
+    """Before any build: the message names the range, the kernel and the
+    opt-in; with the opt-in, the range is no longer what stops it."""
+    _range_env(monkeypatch)
+    shutil.copytree(MODULE, tmp_path / "m", ignore=shutil.ignore_patterns("*.o", "*.ko", ".*"))
+    r = subprocess.run(["make", "-C", str(tmp_path / "m"), f"KVER={kver}"],
+                       capture_output=True, text=True)
+    oldest, newest = kernel_range()
+    series = ".".join(kver.split(".")[:2])
+    assert r.returncode != 0
+    assert f"kernel {kver} is Linux {series}, outside {oldest} to {newest}" in r.stderr
+    assert "make PRISM_ANY_KERNEL=1" in r.stderr and "PRISM_ANY_KERNEL=yes in" in r.stderr
+    r = subprocess.run(["make", "-C", str(tmp_path / "m"), f"KVER={kver}",
+                        "PRISM_ANY_KERNEL=1"], capture_output=True, text=True)
+    assert "building anyway (PRISM_ANY_KERNEL=1)" in r.stderr
+    assert "outside" not in r.stderr.split("building anyway")[1]
+
+
+def test_dkms_skips_a_kernel_outside_the_range_and_builds_it_when_asked(tmp_path, monkeypatch):
+    """The newest host kernel against a range that ends below it (a copy
+    of the source whose kernel-range says so): dkms build says why and
+    exits 77 (a skip to the package's postinst), `dkms autoinstall` leaves
+    the module out and succeeds (bookworm's dkms would fail a kernel's
+    postinst on a BUILD_EXCLUSIVE skip there), and with
+    PRISM_ANY_KERNEL=yes DKMS builds and installs it. One DKMS build
+    (about 20 s)."""
+    if not shutil.which("dkms"):
+        pytest.skip("dkms not installed (apt-get install dkms; scripts/setup.sh does)")
+    _range_env(monkeypatch)
+    older, k = kernels.host_kernels()[0], kernels.host_kernels()[-1]
+    kernels.fetch(k)
+    dkmstool.add(tmp_path, kernel_range=(older.series, older.series))
+    r = dkmstool.dkms(tmp_path, ["build", "-k", k.abi])
+    assert r.returncode == 77, r.stdout[-2000:] + r.stderr[-2000:]
+    said = r.stdout + r.stderr
+    assert (f"kernel {k.abi} is Linux {k.series}, outside {older.series} to {older.series}"
+            in said)
+    assert f"dkms autoinstall -k {k.abi}" in said and "PRISM_ANY_KERNEL=yes" in said
+    assert "BUILD_EXCLUSIVE" in said
+    r = dkmstool.dkms(tmp_path, ["autoinstall", "-k", k.abi])
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    assert f"dkms autoinstall leaves it out for {k.abi}" in r.stderr
+    assert not list((tmp_path / "tree").rglob("prism-iosched.ko*"))
+
+    monkeypatch.setenv("PRISM_ANY_KERNEL", "yes")
+    install = tmp_path / "install" / k.abi
+    install.mkdir(parents=True)
+    for f in k.modules_dir.glob("modules.*"):
+        shutil.copy2(f, install / f.name)
+    dkmstool.build_install(tmp_path, k, tmp_path / "install")
+    assert list((install / "updates" / "dkms").glob("prism-iosched.ko*"))

@@ -1,5 +1,7 @@
 """Host-side tests of the harness and the module build: no VM needed."""
 
+import os
+import re
 import shutil
 import subprocess
 import sys
@@ -15,27 +17,90 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def test_pins_match_the_supported_kernels():
-    assert set(kernels.KERNELS) == {"6.1", "6.12"}
+    """The series and their kinds; the ABIs only in shape, as
+    `prism kernels update` moves them (and nothing but kernels.py may
+    spell them)."""
+    assert set(kernels.KERNELS) == {"6.1", "6.12", "7.3"}
     k = kernels.get("6.12")
-    assert k.abi == "6.12.117+deb12-amd64" and k.version == "6.12.117-1~deb12u1"
+    assert re.fullmatch(r"6\.12\.\d+\+deb12-amd64", k.abi)
+    assert re.fullmatch(r"6\.12\.\d+-\d+~deb12u\d+", k.version)
+    assert k.root is None and k.vm_tested
     k = kernels.get("6.1")
-    assert k.abi == "6.1.0-56-amd64" and k.version == "6.1.192-2"
+    assert re.fullmatch(r"6\.1\.0-\d+-amd64", k.abi)
+    assert re.fullmatch(r"6\.1\.\d+-\d+", k.version)
+    assert k.root is None and k.vm_tested
+    # Built in the trixie root; booted by the suite once someone has
+    # booted it (vm_tested, the switch).
+    k = kernels.get("7.3")
+    assert re.fullmatch(r"7\.3\.\d+\+deb13-amd64", k.abi)
+    assert re.fullmatch(r"7\.3\.\d+-\d+~bpo13\+\d+", k.version)
+    assert k.root == "trixie" and k.release == "trixie"
+    assert [k.series for k in kernels.host_kernels()] == ["6.1", "6.12"]
     # One place only: no other file of the harness spells a pinned version.
-    for py in (REPO / "prism").glob("*.py"):
+    for py in (REPO / "prism").rglob("*.py"):
         if py.name != "kernels.py":
-            assert "6.12.117" not in py.read_text() and "6.1.192" not in py.read_text(), py
+            text = py.read_text()
+            for pin in kernels.KERNELS.values():
+                assert pin.abi not in text and pin.version not in text, (py, pin)
+
+
+def test_the_suite_boots_the_vm_tested_pins_by_default(request):
+    """CI's pytest boots kernels.vm_tested(), not every pin: a pin is
+    added unbooted (vm_tested=False) and flipped once it has passed."""
+    tested = [k.series for k in kernels.vm_tested()]
+    assert tested == [k.series for k in kernels.KERNELS.values() if k.vm_tested]
+    if "PRISM_TEST_KERNELS" not in os.environ:
+        assert request.config.getoption("--kernels") == ",".join(tested)
+
+
+def test_root_kernel_paths_are_outside_the_host(monkeypatch, tmp_path):
+    """A build root's kernel is built there and booted from its extracted
+    .deb: nothing of it in /boot, /lib/modules or /usr/src."""
+    monkeypatch.setenv("PRISM_ROOTS", str(tmp_path / "roots"))
+    k = kernels.get("7.3")
+    assert kernels.build_root(k) == tmp_path / "roots" / "trixie-root"
+    assert k.headers_dir == tmp_path / f"roots/trixie-root/usr/src/linux-headers-{k.abi}"
+    assert k.vmlinuz == tmp_path / f"roots/images/{k.abi}/boot/vmlinuz-{k.abi}"
+    assert k.modules_dir == tmp_path / f"roots/images/{k.abi}/lib/modules/{k.abi}"
+    assert kernels.root_packages("trixie")[-2:] == [f"{k.headers_pkg}={k.version}",
+                                                     f"{k.source_pkg}={k.version}"]
+    opts = kernels.apt_options("trixie")
+    assert f"Dir::State::Lists={tmp_path}/roots/apt/trixie/lists" in opts
+    assert "deb http://deb.debian.org/debian trixie-backports main" in (
+        tmp_path / "roots/apt/trixie/sources.list").read_text()
+    # The host's release uses the host's own apt.
+    assert kernels.apt_options("bookworm") == []
+
+
+def test_root_build_runs_in_a_private_mount_namespace(monkeypatch, tmp_path):
+    monkeypatch.setenv("PRISM_ROOTS", str(tmp_path))
+    k = kernels.get("7.3")
+    cmd = build.root_command(k, ["make", "-C", "/usr/src/x", "M=/prism/out"],
+                             {tmp_path / "out": build.ROOT_OUT})
+    assert cmd[:5] == ["unshare", "--mount", "--propagation", "private", "--fork"]
+    script = cmd[-1]
+    assert f"mount -t proc proc {tmp_path}/trixie-root/proc" in script
+    assert f"mount --bind {tmp_path}/out {tmp_path}/trixie-root/prism/out" in script
+    assert script.endswith(f"exec chroot {tmp_path}/trixie-root env -i "
+                           "PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C.UTF-8 "
+                           "make -C /usr/src/x M=/prism/out")
 
 
 def test_unknown_kernel_is_a_clear_error():
-    with pytest.raises(PrismError, match="supported: 6.1, 6.12"):
+    with pytest.raises(PrismError, match="supported: 6.1, 6.12, 7.3"):
         kernels.get("5.10")
 
 
-def test_pinned_version_not_offered_names_what_is(monkeypatch):
-    monkeypatch.setattr(kernels, "_ensure_apt_lists", lambda pkg: ["6.1.200-1", "6.1.199-1"])
+def test_pinned_version_not_offered_names_what_is_and_the_updater(monkeypatch):
+    monkeypatch.setattr(kernels, "_ensure_apt_lists",
+                        lambda pkg, release: ["6.1.200-1", "6.1.199-1"])
+    monkeypatch.setattr(kernels, "_apt_updated", {"bookworm"})
+    k = kernels.get("6.1")
     with pytest.raises(PrismError) as e:
-        kernels.check_offered(kernels.get("6.1"), "linux-source-6.1")
-    assert "6.1.192-2" in str(e.value) and "offered: 6.1.200-1, 6.1.199-1" in str(e.value)
+        kernels.check_offered(k, "linux-source-6.1")
+    assert f"linux-source-6.1={k.version}" in str(e.value)
+    assert "offered: 6.1.200-1, 6.1.199-1" in str(e.value)
+    assert "Run 'prism kernels update'" in str(e.value)
 
 
 def test_cache_is_outside_the_repo(monkeypatch, tmp_path):
@@ -84,8 +149,8 @@ def test_cli_has_one_entry_point():
     r = subprocess.run([sys.executable, "-m", "prism.cli", "--help"],
                        capture_output=True, text=True, cwd=REPO)
     assert r.returncode == 0
-    for sub in ("fetch", "build", "checkpatch", "vm", "selftest", "blktests", "bench", "disk",
-                "demo"):
+    for sub in ("fetch", "build", "checkpatch", "kernels", "vm", "selftest", "blktests", "bench",
+                "disk", "demo"):
         assert sub in r.stdout
     version = subprocess.run([sys.executable, "-m", "prism.cli", "--version"],
                              capture_output=True, text=True, cwd=REPO)
@@ -194,6 +259,11 @@ def test_module_builds_without_warnings(built):
     lic = subprocess.run(["modinfo", "-F", "license", str(ko)], capture_output=True,
                          text=True).stdout.strip()
     assert lic == "GPL"
+    # The series prism is tested on, once (module/kernel-range).
+    tested = subprocess.run(["modinfo", "-F", "tested_kernels", str(ko)], capture_output=True,
+                            text=True).stdout.splitlines()
+    first, last = kernels.vm_tested()[0].series, kernels.vm_tested()[-1].series
+    assert tested == [f"{first} to {last}"]
 
 
 def test_shallow_depth_meaning_detected_per_kernel(built):
@@ -207,14 +277,15 @@ def test_shallow_depth_meaning_detected_per_kernel(built):
 
 def test_blkcg_api_detected_per_kernel(built):
     """The blkcg policy API (io.prism.weight) takes the queue on 6.1 and
-    the gendisk on 6.12, with blkg_conf_init()/_exit() only on 6.12; the
-    build tells from block/blk-cgroup.h, and compiles the policy in."""
+    the gendisk on 6.12, with blkg_conf_init()/_exit() only on 6.12, and
+    blkg_conf_unprep()/_close_bdev() on 7.3; the build tells from
+    block/blk-cgroup.h, and compiles the policy in."""
     k, ko = built
     cmd = (ko.parent / ".prism_cgroup.o.cmd").read_text()
     later = k.series != "6.1"
     for macro in ("PRISM_BLKCG_DISK", "PRISM_PD_ALLOC_DISK", "PRISM_BLKG_CONF_INIT"):
         assert (f"-D{macro}" in cmd) == later, macro
-    assert "-DPRISM_BLKG_CONF_UNPREP" not in cmd
+    assert ("-DPRISM_BLKG_CONF_UNPREP" in cmd) == (k.series == "7.3")
 
 
 def test_no_kernel_source_in_repo():

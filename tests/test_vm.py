@@ -3,7 +3,8 @@ in-guest suite (prism/guest/selftest.py); each check is asserted here on its
 own, and after each boot the kernel log must hold no WARN, BUG, oops,
 lockdep or hung-task report.
 
-Skipped with --no-vm. Kernels: --kernels 6.1,6.12 (default both).
+Skipped with --no-vm. Kernels: --kernels 6.1,6.12 (default: the pins with
+vm_tested=True in prism/host/kernels.py).
 """
 
 import csv

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import re
+import shlex
 import shutil
 import subprocess
 from pathlib import Path
@@ -22,6 +24,9 @@ MODULE_FILES = tuple(sorted(p.name for p in MODULE_SRC.glob("*.[ch]")
 # A test-only disk the VM suite loads (tests/kmod/prism_testblk.c): it
 # requeues, scribbles on the request unions and takes FUA and multi-range
 # discards, which no stock driver does on demand.
+# What Kbuild reads besides the sources.
+KBUILD_FILES = ("Kbuild", "VERSION", "kernel-range")
+
 TESTBLK_SRC = REPO / "tests" / "kmod"
 TESTBLK_NAME = "prism_testblk"
 
@@ -62,8 +67,43 @@ def testblk_path(k: kernels.Kernel) -> Path:
     return build_dir(k) / "testblk" / f"{TESTBLK_NAME}.ko"
 
 
+# Where a build root sees the build directory and the extracted source
+# (bind mounts, in the build's own mount namespace).
+ROOT_OUT = "/prism/out"
+ROOT_SRC = "/prism/src"
+
+
+def root_command(k: kernels.Kernel, cmd: list[str], binds: dict[Path, str]) -> list[str]:
+    """@cmd to run inside @k's build root: in a mount namespace of its own
+    (unshare --mount, so nothing is mounted on the host), with /proc
+    (objtool reads /proc/self) and each host directory of @binds mounted at
+    its path in the root, and a clean environment (the host's PATH, CC or
+    MAKEFLAGS mean nothing there)."""
+    root = kernels.build_root(k)
+    script = ["set -e", f"mount -t proc proc {shlex.quote(str(root / 'proc'))}"]
+    for host, inside in binds.items():
+        target = shlex.quote(str(root) + inside)
+        script += [f"mkdir -p {target}", f"mount --bind {shlex.quote(str(host))} {target}"]
+    script.append("exec chroot " + shlex.quote(str(root)) + " env -i "
+                  "PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C.UTF-8 "
+                  + " ".join(shlex.quote(c) for c in cmd))
+    return ["unshare", "--mount", "--propagation", "private", "--fork",
+            "sh", "-c", "; ".join(script)]
+
+
 def _kbuild(k: kernels.Kernel, out: Path, extra: list[str], what: str) -> None:
-    cmd = ["make", "-C", str(k.headers_dir), f"M={out}"] + extra + ["modules"]
+    """make modules in @out for @k: on the host, or for a root kernel in
+    its build root, where @out is seen as ROOT_OUT and the extracted
+    source as ROOT_SRC."""
+    if k.root:
+        if os.geteuid() != 0:
+            raise PrismError(f"building for {k.abi} runs make in the {k.root} build root "
+                             "(unshare, chroot): run as root")
+        cmd = root_command(k, ["make", "-C", f"/usr/src/linux-headers-{k.abi}",
+                               f"M={ROOT_OUT}"] + extra + ["modules"],
+                           {out: ROOT_OUT, kernels.source_dir(k): ROOT_SRC})
+    else:
+        cmd = ["make", "-C", str(k.headers_dir), f"M={out}"] + extra + ["modules"]
     r = subprocess.run(cmd, text=True, capture_output=True)
     text = r.stdout + r.stderr
     if r.returncode:
@@ -75,12 +115,23 @@ def _kbuild(k: kernels.Kernel, out: Path, extra: list[str], what: str) -> None:
                          + "\n".join(warnings[:40]))
 
 
+def _compiler(k: kernels.Kernel) -> str:
+    """What compiles for @k: the host's gcc, or the build root's packages
+    (its stamp: the pins' headers and the tools, and gcc-14's version)."""
+    if k.root:
+        root = kernels.build_root(k)
+        gcc = subprocess.run(["dpkg-query", f"--admindir={root / 'var/lib/dpkg'}", "-W",
+                              "gcc-14"], capture_output=True, text=True).stdout
+        return " ".join(kernels.root_packages(k.root)) + "\n" + gcc
+    return subprocess.run(["gcc", "--version"], capture_output=True, text=True).stdout
+
+
 def _sources_digest(k: kernels.Kernel) -> str:
     """What a build depends on that can change between two calls: every
-    source file, the kernel it is built for and the block/ headers used."""
-    cc = subprocess.run(["gcc", "--version"], capture_output=True, text=True).stdout
-    h = hashlib.sha256(f"{k.abi}\n{kernels.block_dir(k)}\n{cc}".encode())
-    for f in ("Kbuild", "VERSION") + MODULE_FILES:
+    source file, the kernel it is built for, the compiler and the block/
+    headers used."""
+    h = hashlib.sha256(f"{k.abi}\n{kernels.block_dir(k)}\n{_compiler(k)}".encode())
+    for f in KBUILD_FILES + MODULE_FILES:
         h.update(f.encode() + b"\0" + (MODULE_SRC / f).read_bytes())
     for f in ("Kbuild", f"{TESTBLK_NAME}.c"):
         h.update(f.encode() + b"\0" + (TESTBLK_SRC / f).read_bytes())
@@ -104,10 +155,12 @@ def build(k: kernels.Kernel, fetch: bool = True) -> Path:
     # A fresh directory per build: no stale objects from the other kernel.
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
-    for f in ("Kbuild", "VERSION") + MODULE_FILES:
+    for f in KBUILD_FILES + MODULE_FILES:
         shutil.copy2(MODULE_SRC / f, out / f)
-    kernels.log(f"building {MODULE_NAME}.ko for {k.abi}")
-    _kbuild(k, out, [f"PRISM_BLOCK_DIR={kernels.block_dir(k)}"], "module")
+    where = f" in the {k.root} build root" if k.root else ""
+    kernels.log(f"building {MODULE_NAME}.ko for {k.abi}{where}")
+    block = f"{ROOT_SRC}/block" if k.root else str(kernels.block_dir(k))
+    _kbuild(k, out, [f"PRISM_BLOCK_DIR={block}"], "module")
     tb = out / "testblk"
     tb.mkdir()
     for f in ("Kbuild", f"{TESTBLK_NAME}.c"):

@@ -328,6 +328,9 @@ def run(k: kernels.Kernel, command: str, *, ko: Path | None = None,
     require_tools()
     if not k.vmlinuz.exists():
         raise PrismError(f"{k.vmlinuz} missing: run 'prism fetch --kernel {k.series}'")
+    if k.root and not (k.modules_dir / "modules.dep").exists():
+        raise PrismError(f"{k.modules_dir} (extracted beside the image) incomplete: "
+                         f"run 'prism fetch --kernel {k.series}'")
     rundir = rundir or new_rundir()
     rundir.mkdir(parents=True, exist_ok=True)
     for f in ("rc", "dmesg.txt", "started", "console.txt"):
@@ -345,6 +348,11 @@ def run(k: kernels.Kernel, command: str, *, ko: Path | None = None,
                 img.truncate(d.size_mb << 20)
         qemu_opts.append(d.qemu_opts(i))
 
+    # vng finds the modules tree from the image's path: /lib/modules/ABI
+    # for /boot/vmlinuz-ABI; for an image extracted from its .deb
+    # (kernels.fetch_image: IMAGE_DIR/boot/vmlinuz-ABI), IMAGE_DIR/lib/modules/ABI,
+    # which the guest gets linked at /lib/modules/ABI (virtme_link_mods),
+    # the rest of its root being the host's.
     cmd = ["vng", "--run", str(k.vmlinuz), "--force-9p", "--cpus", str(cpus),
            "--memory", memory, f"--rwdir={rundir}", "--exec", str(script)]
     if accel == "auto":
