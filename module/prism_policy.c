@@ -43,9 +43,8 @@ void prism_tunables_init(struct prism_tunables *t, unsigned int hz)
 	t->share[PRISM_NORMAL] = 25;
 	t->share[PRISM_LOW] = 10;
 	/* In-flight control: both derived from what the device shows. */
-	t->anticipate = PRISM_AUTO;
+	t->slice_idle = PRISM_AUTO;
 	t->target = 0;
-	t->flow_idle = PRISM_AUTO;
 	/*
 	 * A flow's turn: 16 ms of device time, a few MB of a stream on a disk
 	 * (bfq's budgets are of the same order), far more than fifo_batch
@@ -72,9 +71,8 @@ bool prism_tunables_valid(const struct prism_tunables *t)
 	return t->be_high_max >= -1 && t->be_high_max < t->be_low_min &&
 	       t->be_low_min <= 8 && t->share[PRISM_NORMAL] <= PRISM_SHARE_MAX &&
 	       t->share[PRISM_LOW] <= PRISM_SHARE_MAX &&
-	       t->anticipate >= PRISM_AUTO && t->flow_idle >= PRISM_AUTO &&
-	       t->anticipate <= (s64)PRISM_ACTIVE_NS &&
-	       t->flow_idle <= (s64)PRISM_ACTIVE_NS &&
+	       t->slice_idle >= PRISM_AUTO &&
+	       t->slice_idle <= (s64)PRISM_ACTIVE_NS &&
 	       t->quantum && t->rate_burst &&
 	       t->flow_depth >= 1 && t->flow_depth <= 100;
 }

@@ -105,24 +105,20 @@ struct prism_tunables {
 	 */
 	u32 share[PRISM_NR_TIERS];
 	/*
-	 * In-flight control, in nanoseconds. anticipate: how long after a
-	 * completion a tier whose next request comes quickly keeps the
-	 * tiers below it out of the device (0: never; PRISM_AUTO: from the
-	 * device's measured service time, see prism_window()). target: the
-	 * device time a higher tier's request may take before the tiers
-	 * below it get fewer requests in flight (0: twice its time alone).
+	 * In-flight control, in nanoseconds. slice_idle, the one idle
+	 * window (bfq's name): how long after a completion a tier whose next
+	 * request comes quickly keeps the tiers below it out of the device
+	 * (prism_window()), and how long a flow's turn waits for its next
+	 * request once it has none queued, so a stream keeps the disk and
+	 * its place in the fair queue across the gap between its requests
+	 * (prism_flow_window()); 0: never; PRISM_AUTO: each from the device
+	 * (v2 had a tunable for each, anticipate_us and flow_idle_us).
+	 * target: the device time a higher tier's request may take before
+	 * the tiers below it get fewer requests in flight (0: twice its
+	 * time alone).
 	 */
-	s64 anticipate;
+	s64 slice_idle;
 	u64 target;
-	/*
-	 * flow_idle: how long a flow's turn waits for its next request once
-	 * it has none queued (bfq's slice_idle), so a stream keeps the disk
-	 * and its place in the fair queue across the gap between its
-	 * requests (0: never; PRISM_AUTO: the tier window on rotational
-	 * media, and on flash only while weights differ). See
-	 * prism_flow_window().
-	 */
-	s64 flow_idle;
 	/*
 	 * Flows (see "Flows" below), both fixed. quantum: ns of estimated device time
 	 * one flow's batch may take before the tier's fair queue chooses
@@ -699,8 +695,8 @@ static inline u64 prism_window(const struct prism_depth_ctl *d,
 {
 	u64 w;
 
-	if (t->anticipate != PRISM_AUTO)
-		return (u64)t->anticipate;
+	if (t->slice_idle != PRISM_AUTO)
+		return (u64)t->slice_idle;
 	if (d->bulk_samples < PRISM_THINK_MIN)
 		return rotational ? 8000000ULL : 1000000ULL;
 	w = d->bulk;
@@ -739,8 +735,8 @@ static inline u64 prism_flow_window(const struct prism_depth_ctl *d,
 {
 	u64 w;
 
-	if (t->flow_idle != PRISM_AUTO)
-		return (u64)t->flow_idle;
+	if (t->slice_idle != PRISM_AUTO)
+		return (u64)t->slice_idle;
 	if (!rotational && !weights_differ)
 		return 0;
 	w = prism_window(d, t, rotational);

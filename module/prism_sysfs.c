@@ -18,8 +18,7 @@ enum prism_attr_id {
 	PRISM_ATTR_BE_LOW_MIN,
 	PRISM_ATTR_NORMAL_SHARE,
 	PRISM_ATTR_LOW_SHARE,
-	PRISM_ATTR_ANTICIPATE_US,
-	PRISM_ATTR_FLOW_IDLE_US,
+	PRISM_ATTR_SLICE_IDLE_US,
 	PRISM_ATTR_TARGET_LATENCY_US,
 	PRISM_ATTR_NORMAL_RATE_KBPS,
 	PRISM_ATTR_LOW_RATE_KBPS,
@@ -54,8 +53,7 @@ static const struct prism_attr_range prism_attr_ranges[] = {
 	 * -1: automatic; a window lasts at most the activity clock (no hold
 	 * outlasts the tag reserve: PRISM_ACTIVE_NS), a target ten seconds.
 	 */
-	[PRISM_ATTR_ANTICIPATE_US]	= { PRISM_AUTO, PRISM_ACTIVE_NS / NSEC_PER_USEC },
-	[PRISM_ATTR_FLOW_IDLE_US]	= { PRISM_AUTO, PRISM_ACTIVE_NS / NSEC_PER_USEC },
+	[PRISM_ATTR_SLICE_IDLE_US]	= { PRISM_AUTO, PRISM_ACTIVE_NS / NSEC_PER_USEC },
 	[PRISM_ATTR_TARGET_LATENCY_US]	= { 0, 10 * USEC_PER_SEC },
 	[PRISM_ATTR_NORMAL_RATE_KBPS]	= { 0, INT_MAX },
 	[PRISM_ATTR_LOW_RATE_KBPS]	= { 0, INT_MAX },
@@ -108,14 +106,10 @@ static int prism_attr_get(struct prism_data *pd, const struct prism_tunables *t,
 		return t->share[PRISM_NORMAL];
 	case PRISM_ATTR_LOW_SHARE:
 		return t->share[PRISM_LOW];
-	case PRISM_ATTR_ANTICIPATE_US:
-		if (t->anticipate == PRISM_AUTO)
+	case PRISM_ATTR_SLICE_IDLE_US:
+		if (t->slice_idle == PRISM_AUTO)
 			return PRISM_AUTO;
-		return div_u64(t->anticipate, NSEC_PER_USEC);
-	case PRISM_ATTR_FLOW_IDLE_US:
-		if (t->flow_idle == PRISM_AUTO)
-			return PRISM_AUTO;
-		return div_u64(t->flow_idle, NSEC_PER_USEC);
+		return div_u64(t->slice_idle, NSEC_PER_USEC);
 	case PRISM_ATTR_TARGET_LATENCY_US:
 		return div_u64(t->target, NSEC_PER_USEC);
 	case PRISM_ATTR_NORMAL_RATE_KBPS:
@@ -233,13 +227,9 @@ static ssize_t prism_attr_store(struct elevator_queue *e, const char *page,
 		case PRISM_ATTR_LOW_SHARE:
 			t.share[PRISM_LOW] = val;
 			break;
-		case PRISM_ATTR_ANTICIPATE_US:
-			t.anticipate = val == PRISM_AUTO ? PRISM_AUTO :
+		case PRISM_ATTR_SLICE_IDLE_US:
+			t.slice_idle = val == PRISM_AUTO ? PRISM_AUTO :
 				       (s64)val * NSEC_PER_USEC;
-			break;
-		case PRISM_ATTR_FLOW_IDLE_US:
-			t.flow_idle = val == PRISM_AUTO ? PRISM_AUTO :
-				      (s64)val * NSEC_PER_USEC;
 			break;
 		case PRISM_ATTR_TARGET_LATENCY_US:
 			t.target = (u64)val * NSEC_PER_USEC;
@@ -419,8 +409,7 @@ PRISM_ATTR(be_high_max, PRISM_ATTR_BE_HIGH_MAX)
 PRISM_ATTR(be_low_min, PRISM_ATTR_BE_LOW_MIN)
 PRISM_ATTR(normal_share, PRISM_ATTR_NORMAL_SHARE)
 PRISM_ATTR(low_share, PRISM_ATTR_LOW_SHARE)
-PRISM_ATTR(anticipate_us, PRISM_ATTR_ANTICIPATE_US)
-PRISM_ATTR(flow_idle_us, PRISM_ATTR_FLOW_IDLE_US)
+PRISM_ATTR(slice_idle_us, PRISM_ATTR_SLICE_IDLE_US)
 PRISM_ATTR(target_latency_us, PRISM_ATTR_TARGET_LATENCY_US)
 PRISM_ATTR(normal_rate_kbps, PRISM_ATTR_NORMAL_RATE_KBPS)
 PRISM_ATTR(low_rate_kbps, PRISM_ATTR_LOW_RATE_KBPS)
@@ -442,8 +431,7 @@ struct elv_fs_entry prism_attrs[] = {
 	PRISM_ATTR_ENTRY(be_low_min),
 	PRISM_ATTR_ENTRY(normal_share),
 	PRISM_ATTR_ENTRY(low_share),
-	PRISM_ATTR_ENTRY(anticipate_us),
-	PRISM_ATTR_ENTRY(flow_idle_us),
+	PRISM_ATTR_ENTRY(slice_idle_us),
 	PRISM_ATTR_ENTRY(target_latency_us),
 	PRISM_ATTR_ENTRY(cost_model),
 	PRISM_ATTR_ENTRY(normal_rate_kbps),

@@ -39,8 +39,7 @@ TUNABLES = {
     "be_low_min": (6, 7, 0, 8),
     "normal_share": (25, 30, 0, 50),
     "low_share": (10, 20, 0, 50),
-    "anticipate_us": (-1, 2000, -1, 100000),
-    "flow_idle_us": (-1, 4000, -1, 100000),
+    "slice_idle_us": (-1, 2000, -1, 100000),
     "target_latency_us": (0, 5000, 0, 10000000),
     "normal_rate_kbps": (0, 51200, 0, 2**31 - 1),
     "low_rate_kbps": (0, 20480, 0, 2**31 - 1),
@@ -219,7 +218,7 @@ VERIFY_TUNABLES: dict[str, dict[str, int | str]] = {
     "virtio": {"cost_model": COST_DEFAULT.replace("fixed", "auto"), "latency_hist": 1},
     "nvme": {"cost_model": "fixed rbps=102400000 rseqiops=0 rrandiops=200 wbps=92160000 "
                            "wseqiops=0 wrandiops=150",
-             "low_rate_kbps": 102400, "flow_idle_us": 1000,
+             "low_rate_kbps": 102400, "slice_idle_us": 1000,
              "writeback_low": 0, "bulk_merge_kb": 64,
              "latency_hist": 1},
 }
@@ -645,7 +644,7 @@ def flow_idle_run(dev: str, flow_idle_us: int) -> dict:
     served (from its own flows) and the bytes read in all."""
     g.set_scheduler(dev, "none")
     g.set_scheduler(dev, "prism", {"be_high_max": -1, "be_low_min": 8,
-                                   "flow_idle_us": flow_idle_us})
+                                   "slice_idle_us": flow_idle_us})
     # As prism's udev rules set it: at the kernel's default of 2 the other
     # flows' queued requests hold every tag, and no flow is waited for.
     g.write_queue(dev, "nr_requests", 64)
@@ -677,7 +676,7 @@ def flow_idle_run(dev: str, flow_idle_us: int) -> dict:
 def check_flow_idle_hdd(ctx) -> dict:
     """Idling for flows on the HDD: three sequential readers at weights
     80, 40 and 10 in one tier, each with at most two requests out, run out
-    of queued requests between turns; without idling (flow_idle_us=0) each
+    of queued requests between turns; without idling (slice_idle_us=0) each
     drops out of the fair queue at every gap and flows are served nearly
     alike; with the automatic window a stream keeps its turn and its place
     and the cost prism served follows the weights: every flow within 25%
@@ -770,7 +769,7 @@ def check_flow_idle_flash(ctx) -> dict:
     4x the other's I/Os (weights 8 to 1, but the time it is waited for is
     charged to it: with think times of 0.2-0.8 ms under emulation on 4 ms
     requests, 5.2-10.6 measured over 11 runs in two boots), against
-    about equal I/Os with flow_idle_us=0 (each has its one request in the
+    about equal I/Os with slice_idle_us=0 (each has its one request in the
     device at a time, which serves them in parallel). Books balance."""
     runs = {}
     with g.temporary_nullb("flash", depth=32, completion_us=4000, size_mb=2048,
@@ -782,7 +781,7 @@ def check_flow_idle_flash(ctx) -> dict:
             # than that to exit under TCG (seen 2026-12-03).
             with repeating(0.5, lambda tick: flow_window_sample(dev)) as windows:
                 ios, flight, balanced = run_two_readers(
-                    dev, {"be_high_max": -1, "be_low_min": 8, "flow_idle_us": idle}, levels,
+                    dev, {"be_high_max": -1, "be_low_min": 8, "slice_idle_us": idle}, levels,
                     ["--rw=randread", "--bs=4k", "--iodepth=1", "--randrepeat=0"], 4)
             runs[name] = {"ios": ios, "ratio": round(ios[0] / max(ios[1], 1), 2),
                           "held_flow": flight["held_flow"],
@@ -1903,7 +1902,7 @@ def check_shared_tags(ctx) -> dict:
         dev, other = disks
         g.sh("udevadm settle --timeout=10", check=False)
         g.set_scheduler(other, "none")
-        g.set_scheduler(dev, "prism", {"anticipate_us": 20000})
+        g.set_scheduler(dev, "prism", {"slice_idle_us": 20000})
         busy = subprocess.Popen(
             ["fio", "--name=other", f"--filename=/dev/{other}", "--direct=1",
              "--rw=randread", "--bs=4k", "--iodepth=16", "--ioengine=libaio",

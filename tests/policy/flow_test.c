@@ -1097,18 +1097,23 @@ TEST(flow_window_auto_by_media)
 	/* Flash idles only while weights differ, then bfq's slice_idle. */
 	CHECK(prism_window(&d, &t, false) < PRISM_WEIGHTS_WINDOW);
 	CHECK_EQ(prism_flow_window(&d, &t, false, true), PRISM_WEIGHTS_WINDOW);
-	/* At least that on a disk too, a longer window kept. */
-	t.anticipate = 12000000;
+	/* A window set is both windows, exactly, on any medium. */
+	t.slice_idle = 12000000;
 	CHECK_EQ(prism_flow_window(&d, &t, true, true), 12000000);
-	t.anticipate = 2000000;
-	CHECK_EQ(prism_flow_window(&d, &t, true, false), 2000000);
-	CHECK_EQ(prism_flow_window(&d, &t, true, true), PRISM_WEIGHTS_WINDOW);
-	t.anticipate = PRISM_AUTO;
-	t.flow_idle = 2000000;
+	CHECK_EQ(prism_window(&d, &t, true), 12000000);
+	t.slice_idle = 2000000;
 	CHECK_EQ(prism_flow_window(&d, &t, false, false), 2000000);
-	t.flow_idle = 0;
+	CHECK_EQ(prism_flow_window(&d, &t, true, true), 2000000);
+	CHECK_EQ(prism_window(&d, &t, false), 2000000);
+	t.slice_idle = 0;
 	CHECK_EQ(prism_flow_window(&d, &t, true, true), 0);
-	t.flow_idle = -2;
+	CHECK_EQ(prism_window(&d, &t, true), 0);
+	/* At most the activity clock, at least automatic. */
+	t.slice_idle = PRISM_ACTIVE_NS;
+	CHECK(prism_tunables_valid(&t));
+	t.slice_idle = PRISM_ACTIVE_NS + 1;
+	CHECK(!prism_tunables_valid(&t));
+	t.slice_idle = -2;
 	CHECK(!prism_tunables_valid(&t));
 }
 

@@ -1242,7 +1242,7 @@ static unsigned int simulate_chain(s64 anticipate, unsigned int *low)
 	bool high_queued = false;
 	unsigned int links = 0;
 
-	t.anticipate = anticipate;
+	t.slice_idle = anticipate;
 	prism_batch_reset(&b);
 	prism_depth_init(&d, 1);
 	*low = 0;
@@ -1324,9 +1324,9 @@ TEST(window_from_the_device_or_the_tunable)
 		prism_bulk_sample(&d, 80 * MS);
 	CHECK_EQ(prism_window(&d, &t, false), PRISM_WINDOW_MAX);
 	/* The tunable wins; 0 is off. */
-	t.anticipate = 3 * MS;
+	t.slice_idle = 3 * MS;
 	CHECK_EQ(prism_window(&d, &t, true), 3 * MS);
-	t.anticipate = 0;
+	t.slice_idle = 0;
 	CHECK_EQ(prism_window(&d, &t, true), 0);
 }
 
