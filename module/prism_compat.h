@@ -489,4 +489,13 @@ static inline void prism_blkg_conf_finish(struct blkg_conf_ctx *ctx)
 #endif
 #endif /* CONFIG_BLK_CGROUP */
 
+/*
+ * kzalloc_obj(): one object of @P's type, zeroed (7.x's slab.h, which
+ * its checkpatch asks for over kzalloc(sizeof(...))); the same from
+ * kzalloc() where the kernel has none.
+ */
+#ifndef kzalloc_obj
+#define kzalloc_obj(P, gfp)	kzalloc(sizeof(P), gfp)
+#endif
+
 #endif /* _PRISM_COMPAT_H */

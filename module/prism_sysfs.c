@@ -195,7 +195,7 @@ static ssize_t prism_attr_store(struct elevator_queue *e, const char *page,
 		return -EINVAL;
 	if (val < r->min || val > r->max)
 		return -EINVAL;
-	new = kzalloc(sizeof(*new), GFP_KERNEL);
+	new = kzalloc_obj(*new, GFP_KERNEL);
 	if (!new)
 		return -ENOMEM;
 
@@ -356,7 +356,7 @@ static ssize_t prism_cost_model_store(struct elevator_queue *e,
 	kfree(buf);
 	if (ret)
 		return ret;
-	new = kzalloc(sizeof(*new), GFP_KERNEL);
+	new = kzalloc_obj(*new, GFP_KERNEL);
 	if (!new)
 		return -ENOMEM;
 

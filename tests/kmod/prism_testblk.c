@@ -43,6 +43,11 @@ struct testblk {
 
 static struct testblk *tb;
 
+/* 7.x's slab.h has it (and its checkpatch asks for it); older ones not. */
+#ifndef kzalloc_obj
+#define kzalloc_obj(P, gfp)	kzalloc(sizeof(P), gfp)
+#endif
+
 static ssize_t requeued_show(struct device *dev, struct device_attribute *attr,
 			     char *buf)
 {
@@ -98,7 +103,7 @@ static int __init testblk_init(void)
 	struct gendisk *disk;
 	int ret;
 
-	tb = kzalloc(sizeof(*tb), GFP_KERNEL);
+	tb = kzalloc_obj(*tb, GFP_KERNEL);
 	if (!tb)
 		return -ENOMEM;
 	tb->tag_set.ops = &testblk_mq_ops;
