@@ -3,7 +3,8 @@
  * prism's mechanism, as its files share it: the per-request state, the
  * per-queue data (tiers, flows, the in-flight control's state) and the
  * small helpers the files read it with. prism_sched.c holds the elevator
- * operations, the request lifecycle, dispatch and the in-flight control;
+ * operations, the request lifecycle and the in-flight control;
+ * prism_flow.c the flows, their lists and the dispatch choice among them;
  * prism_sysfs.c the tunables; prism_debugfs.c what debugfs shows. The
  * decisions are prism_policy.c's; prism_compat.h holds what differs
  * between kernels; prism_cgroup.c the blkcg policy (io.prism.weight).
@@ -479,12 +480,19 @@ static __always_inline u64 prism_flow_window_now(struct prism_data *pd,
 				 differ);
 }
 
-/*
- * prism_sched.c: what the inline helpers below call out of line, and
- * what the tunables' store calls.
- */
+/* prism_flow.c: flows, their lists, the direct lane, the dispatch choice. */
 void prism_flow_reset(struct prism_data *pd, struct prism_flow *fl,
 		      u32 key, u32 id, enum prism_tier tier);
+void prism_flow_queue(struct prism_data *pd, struct request *rq);
+void prism_lane_spill(struct prism_data *pd);
+void prism_lane_close(struct prism_data *pd);
+struct request *prism_dispatch_choose(struct prism_data *pd,
+				      struct blk_mq_hw_ctx *hctx);
+
+/*
+ * prism_sched.c: the in-flight control, the timed completions and the
+ * cost learner.
+ */
 bool prism_recently_done(struct prism_data *pd,
 			 const struct prism_tunables *tun,
 			 struct request_queue *q,
@@ -492,7 +500,14 @@ bool prism_recently_done(struct prism_data *pd,
 void prism_chain_sample_link(struct prism_data *pd,
 			     struct prism_tier_queue *tq, u64 done, u64 *now);
 bool prism_tiers_contend(struct prism_data *pd);
-void prism_lane_close(struct prism_data *pd);
+void prism_mark_restart(struct blk_mq_hw_ctx *hctx);
+void prism_flow_hold(struct prism_data *pd, struct blk_mq_hw_ctx *hctx,
+		     struct prism_flow *fl, u64 now);
+bool prism_choose_viewed(struct prism_data *pd, struct blk_mq_hw_ctx *hctx,
+			 const struct prism_tunables *tun, u32 depth, u64 *now,
+			 struct prism_choice *c, u32 *queued_tiers,
+			 struct prism_flow **waited);
+void prism_learn_fold(struct prism_data *pd);
 void prism_model_update(struct prism_data *pd);
 
 /*
