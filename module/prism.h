@@ -3,12 +3,16 @@
  * prism's mechanism, as its files share it: the per-request state, the
  * per-queue data (tiers, flows, the in-flight control's state) and the
  * small helpers the files read it with. prism_sched.c holds the elevator
- * operations, the request lifecycle and the in-flight control;
- * prism_flow.c the flows, their lists and the dispatch choice among them;
- * prism_sysfs.c the tunables; prism_debugfs.c what debugfs shows. The
- * decisions are prism_policy.c's; prism_compat.h holds what differs
- * between kernels; prism_cgroup.c the blkcg policy (io.prism.weight).
- * Locking is described at the top of prism_sched.c.
+ * operations and the request lifecycle; prism_flow.c the flows, their
+ * lists and the dispatch choice among them; prism_hold.c the in-flight
+ * control (the holds, their timers, pacing), the tag limits and the cost
+ * learner; prism_sysfs.c the tunables; prism_debugfs.c what debugfs
+ * shows. The decisions are prism_policy.c's; prism_compat.h holds what
+ * differs between kernels; prism_cgroup.c the blkcg policy
+ * (io.prism.weight). A helper that a per-request path inlines from
+ * another file is static inline here, with its comment, so that the
+ * split into files costs the hot paths no call. Locking is described at
+ * the top of prism_sched.c.
  */
 #ifndef _PRISM_H
 #define _PRISM_H
@@ -490,8 +494,8 @@ struct request *prism_dispatch_choose(struct prism_data *pd,
 				      struct blk_mq_hw_ctx *hctx);
 
 /*
- * prism_sched.c: the in-flight control, the timed completions and the
- * cost learner.
+ * prism_hold.c: the in-flight control, the tag limits, the timed
+ * completions and the cost learner.
  */
 bool prism_recently_done(struct prism_data *pd,
 			 const struct prism_tunables *tun,
@@ -500,6 +504,8 @@ bool prism_recently_done(struct prism_data *pd,
 void prism_chain_sample_link(struct prism_data *pd,
 			     struct prism_tier_queue *tq, u64 done, u64 *now);
 bool prism_tiers_contend(struct prism_data *pd);
+enum hrtimer_restart prism_window_timer(struct hrtimer *timer);
+enum hrtimer_restart prism_rate_timer(struct hrtimer *timer);
 void prism_mark_restart(struct blk_mq_hw_ctx *hctx);
 void prism_flow_hold(struct prism_data *pd, struct blk_mq_hw_ctx *hctx,
 		     struct prism_flow *fl, u64 now);
@@ -507,6 +513,10 @@ bool prism_choose_viewed(struct prism_data *pd, struct blk_mq_hw_ctx *hctx,
 			 const struct prism_tunables *tun, u32 depth, u64 *now,
 			 struct prism_choice *c, u32 *queued_tiers,
 			 struct prism_flow **waited);
+void prism_limit_depth(blk_opf_t opf, struct blk_mq_alloc_data *data);
+void prism_finish_timed(struct prism_data *pd, struct request *rq,
+			struct prism_tier_queue *tq, unsigned long st, u64 done,
+			bool learning);
 void prism_learn_fold(struct prism_data *pd);
 void prism_model_update(struct prism_data *pd);
 
@@ -518,6 +528,7 @@ void prism_model_update(struct prism_data *pd);
  * notes on insert, a chain's next link, and the in-flight control's
  * parking and its latency fold, which the dispatch choice inlines.
  */
+
 static inline unsigned long prism_rq_state(struct request *rq)
 {
 	return (unsigned long)rq->elv.priv[0];

@@ -16,7 +16,7 @@
  * prism_dispatch_choose() is what dispatch does when it has neither an
  * at-head request nor the lane to serve: it brings what moves with time
  * up to date, then names a tier (the one-tier shortcut, or prism_choose()
- * on the full view that prism_choose_viewed() builds, which may hold), a
+ * on the full view that prism_hold.c builds, which may hold instead), a
  * flow of it (the fair queue) and a request of that flow (FIFO or C-LOOK),
  * and charges its cost. Taking the request out of its lists and into the
  * books is prism_sched.c's (prism_dispatch_out()). Everything here runs
@@ -24,6 +24,10 @@
  */
 #include "prism.h"
 
+/*
+ * Slot @fl of the flow table given to flow @key (process @id at @tier),
+ * or emptied (@key 0): lists, books and fair-queue state start afresh.
+ */
 void prism_flow_reset(struct prism_data *pd, struct prism_flow *fl,
 		      u32 key, u32 id, enum prism_tier tier)
 {
@@ -208,6 +212,10 @@ static inline void prism_update_order(struct prism_data *pd,
 	if (unlikely(rotational != pd->rotational))
 		prism_order_changed(pd, rotational);
 }
+
+/*
+ * The dispatch choice: the tier, the flow of it and its request.
+ */
 
 static struct request *prism_pick(struct prism_data *pd,
 				  struct prism_flow *fl,
