@@ -3,11 +3,16 @@
  * prism's mechanism, as its files share it: the per-request state, the
  * per-queue data (tiers, flows, the in-flight control's state) and the
  * small helpers the files read it with. prism_sched.c holds the elevator
- * operations, the request lifecycle, dispatch and the in-flight control;
- * prism_sysfs.c the tunables; prism_debugfs.c what debugfs shows. The
- * decisions are prism_policy.c's; prism_compat.h holds what differs
- * between kernels; prism_cgroup.c the blkcg policy (io.prism.weight).
- * Locking is described at the top of prism_sched.c.
+ * operations and the request lifecycle; prism_flow.c the flows, their
+ * lists and the dispatch choice among them; prism_hold.c the in-flight
+ * control (the holds, their timers, pacing), the tag limits and the cost
+ * learner; prism_sysfs.c the tunables; prism_debugfs.c what debugfs
+ * shows. The decisions are prism_policy.c's; prism_compat.h holds what
+ * differs between kernels; prism_cgroup.c the blkcg policy
+ * (io.prism.weight). A helper that a per-request path inlines from
+ * another file is static inline here, with its comment, so that the
+ * split into files costs the hot paths no call. Locking is described at
+ * the top of prism_sched.c.
  */
 #ifndef _PRISM_H
 #define _PRISM_H
@@ -479,8 +484,502 @@ static __always_inline u64 prism_flow_window_now(struct prism_data *pd,
 				 differ);
 }
 
+/* prism_flow.c: flows, their lists, the direct lane, the dispatch choice. */
+void prism_flow_reset(struct prism_data *pd, struct prism_flow *fl,
+		      u32 key, u32 id, enum prism_tier tier);
+void prism_flow_queue(struct prism_data *pd, struct request *rq);
+void prism_lane_spill(struct prism_data *pd);
 void prism_lane_close(struct prism_data *pd);
+struct request *prism_dispatch_choose(struct prism_data *pd,
+				      struct blk_mq_hw_ctx *hctx);
+
+/*
+ * prism_hold.c: the in-flight control, the tag limits, the timed
+ * completions and the cost learner.
+ */
+bool prism_recently_done(struct prism_data *pd,
+			 const struct prism_tunables *tun,
+			 struct request_queue *q,
+			 struct prism_tier_queue *tq);
+void prism_chain_sample_link(struct prism_data *pd,
+			     struct prism_tier_queue *tq, u64 done, u64 *now);
+bool prism_tiers_contend(struct prism_data *pd);
+enum hrtimer_restart prism_window_timer(struct hrtimer *timer);
+enum hrtimer_restart prism_rate_timer(struct hrtimer *timer);
+void prism_mark_restart(struct blk_mq_hw_ctx *hctx);
+void prism_flow_hold(struct prism_data *pd, struct blk_mq_hw_ctx *hctx,
+		     struct prism_flow *fl, u64 now);
+bool prism_choose_viewed(struct prism_data *pd, struct blk_mq_hw_ctx *hctx,
+			 const struct prism_tunables *tun, u32 depth, u64 *now,
+			 struct prism_choice *c, u32 *queued_tiers,
+			 struct prism_flow **waited);
+void prism_limit_depth(blk_opf_t opf, struct blk_mq_alloc_data *data);
+void prism_finish_timed(struct prism_data *pd, struct request *rq,
+			struct prism_tier_queue *tq, unsigned long st, u64 done,
+			bool learning);
+void prism_learn_fold(struct prism_data *pd);
 void prism_model_update(struct prism_data *pd);
+
+/*
+ * The helpers below are used by more than one file, and inlined by the
+ * per-request paths (insert, dispatch, completion, limit_depth): a
+ * request's state, the flow table's lookups, what the tiers own and
+ * whether a tier above is active, the fair queue's and the direct lane's
+ * notes on insert, a chain's next link, and the in-flight control's
+ * parking and its latency fold, which the dispatch choice inlines.
+ */
+
+static inline unsigned long prism_rq_state(struct request *rq)
+{
+	return (unsigned long)rq->elv.priv[0];
+}
+
+static inline void prism_rq_set_state(struct request *rq, unsigned long st)
+{
+	rq->elv.priv[0] = (void *)st;
+}
+
+static inline enum prism_tier prism_rq_tier_of_state(unsigned long st)
+{
+	unsigned long tier = (st & PRISM_RQ_TIER_MASK) >> PRISM_RQ_TIER_SHIFT;
+
+	/*
+	 * Two bits hold three tiers; prism only ever writes 0-2, so a 3 means
+	 * the state was overwritten. Never index past the array, and say so.
+	 */
+	if (WARN_ONCE(tier >= PRISM_NR_TIERS,
+		      "prism: request state %#lx has no valid tier\n", st))
+		return PRISM_NORMAL;
+	return tier;
+}
+
+static inline enum prism_tier prism_rq_tier(struct request *rq)
+{
+	return prism_rq_tier_of_state(prism_rq_state(rq));
+}
+
+static inline enum prism_dir prism_rq_dir(struct request *rq)
+{
+	return rq_data_dir(rq) == WRITE ? PRISM_WRITE : PRISM_READ;
+}
+
+/*
+ * The bytes a request moves through the device. A discard, write-zeroes
+ * or secure erase names a range but transfers nothing: it costs a command
+ * (iocost charges it nothing). Charged by its length, one large discard
+ * (an fstrim, a mkfs) would move its flow's virtual time and a capped
+ * tier's bucket by seconds, and the learner would see a transfer that
+ * never happened.
+ */
+static inline u32 prism_rq_data_bytes(struct request *rq)
+{
+	enum req_op op = req_op(rq);
+
+	return op == REQ_OP_READ || op == REQ_OP_WRITE ? blk_rq_bytes(rq) : 0;
+}
+
+/*
+ * The FIFO list a request goes on: writes someone waits for (REQ_SYNC,
+ * FUA or PREFLUSH: an fsync's data, jbd2's journal and commit blocks)
+ * apart from background writeback. REQ_META alone does not count: the
+ * flusher's background metadata writeback carries it.
+ */
+static inline int prism_rq_fifo_class(struct request *rq)
+{
+	if (rq_data_dir(rq) != WRITE)
+		return PRISM_READ;
+	return op_is_sync(rq->cmd_flags) ? PRISM_SYNC_WRITE : PRISM_WRITE;
+}
+
+/* The FIFO list a queued request is on, as recorded when it was queued. */
+static inline int prism_rq_fifo(struct request *rq)
+{
+	if (rq_data_dir(rq) != WRITE)
+		return PRISM_READ;
+	return prism_rq_state(rq) & PRISM_RQ_SYNC_FIFO ? PRISM_SYNC_WRITE :
+							 PRISM_WRITE;
+}
+
+/*
+ * Whether @st's tier and flow fields are ones prism writes. Where a hot
+ * path tests this first, the decoders' warnings (which need registers
+ * saved across their calls) fold away and go out of line with the path.
+ */
+static inline bool prism_state_valid(unsigned long st)
+{
+	return ((st & PRISM_RQ_TIER_MASK) >> PRISM_RQ_TIER_SHIFT) <
+		       PRISM_NR_TIERS &&
+	       ((st & PRISM_RQ_FLOW_MASK) >> PRISM_RQ_FLOW_SHIFT) <
+		       PRISM_FLOW_SLOTS;
+}
+
+static inline struct prism_flow *prism_rq_flow(struct prism_data *pd,
+					       unsigned long st)
+{
+	unsigned long slot = (st & PRISM_RQ_FLOW_MASK) >> PRISM_RQ_FLOW_SHIFT;
+
+	if (WARN_ONCE(slot >= PRISM_FLOW_SLOTS,
+		      "prism: request state %#lx has no valid flow\n", st))
+		slot = PRISM_NR_FLOWS + PRISM_NORMAL;
+	return &pd->flows[slot];
+}
+
+static inline int prism_flow_slot(struct prism_data *pd,
+				  const struct prism_flow *fl)
+{
+	return fl->slot;	/* not fl - pd->flows: a division */
+}
+
+/* pid_max is at most 2^22: (process, tier) fits, with a bit never 0. */
+static inline u32 prism_flow_key(u32 id, enum prism_tier tier)
+{
+	return BIT(31) | (id << 2) | (u32)tier;
+}
+
+/*
+ * The queue is freezing (an elevator switch, an nr_requests store, a
+ * change of hardware queues) or dying (del_gendisk()): both kill its
+ * usage counter, then run the queue once and wait for every request to
+ * complete. Nothing may be held back from then on, by a hold or a rate
+ * cap: the freeze would wait for it (a 1 MiB read under a 1 KiB/s cap
+ * holds about 1,000 s). A lockless hint: the kill comes before that run.
+ */
+static inline bool prism_draining(struct request_queue *q)
+{
+	return percpu_ref_is_dying(&q->q_usage_counter);
+}
+
+/* The private slot holding flow @key, or NULL. Lockless. */
+static inline struct prism_flow *prism_flow_find(struct prism_data *pd, u32 key)
+{
+	u32 h = hash_32(key, PRISM_FLOW_BITS), i;
+
+	for (i = 0; i < PRISM_FLOW_PROBE; i++) {
+		struct prism_flow *fl = &pd->flows[(h + i) & (PRISM_NR_FLOWS - 1)];
+
+		/* Pairs with prism_flow_reset()'s release. */
+		if (smp_load_acquire(&fl->key) == key)
+			return fl;
+	}
+	return NULL;
+}
+
+/* Whether the slot's flow may be forgotten; see PRISM_FLOW_SLOTS. */
+static inline bool prism_flow_reclaimable(struct prism_data *pd,
+					  struct prism_flow *fl, unsigned long now)
+{
+	if (!fl->key)
+		return true;
+	if (prism_flow_owned(fl) || fl->fq.backlogged ||
+	    time_before(now, fl->last_used +
+			msecs_to_jiffies(PRISM_FLOW_IDLE_MS)))
+		return false;
+	return prism_fq_reclaimable(&pd->tier[fl->tier].fq, &fl->fq) ||
+	       time_after_eq(now, fl->last_used + HZ);
+}
+
+/*
+ * The flow for process @id at @tier, made if it has no slot yet; the
+ * tier's shared flow when none is free. Under the lock.
+ */
+static inline struct prism_flow *prism_flow_get(struct prism_data *pd, u32 id,
+						enum prism_tier tier)
+{
+	u32 key = prism_flow_key(id, tier);
+	u32 h = hash_32(key, PRISM_FLOW_BITS), i;
+	unsigned long now = jiffies;
+	struct prism_flow *spare = NULL;
+
+	lockdep_assert_held(&pd->lock);
+
+	for (i = 0; i < PRISM_FLOW_PROBE; i++) {
+		struct prism_flow *fl = &pd->flows[(h + i) & (PRISM_NR_FLOWS - 1)];
+
+		if (fl->key == key)
+			return fl;
+		if (!spare && prism_flow_reclaimable(pd, fl, now))
+			spare = fl;
+	}
+	if (!spare) {
+		pd->flow_overflows++;
+		return &pd->flows[PRISM_NR_FLOWS + tier];
+	}
+	if (pd->batch.flow == prism_flow_slot(pd, spare)) {
+		pd->batch.tier = -1;
+		pd->batch.flow = -1;
+	}
+	prism_flow_reset(pd, spare, key, id, tier);
+	return spare;
+}
+
+/* Requests all tiers own. Lockless, never below zero as prism_owned(). */
+static inline u64 prism_owned_total(struct prism_data *pd)
+{
+	s64 owned = READ_ONCE(pd->owned_in) - atomic64_read(&pd->owned_out);
+
+	return owned > 0 ? owned : 0;
+}
+
+/*
+ * Background writeback: a write nobody waits for (not REQ_SYNC, FUA or
+ * PREFLUSH), the flusher's for the dirty thresholds and for age, whose
+ * requests go on the background-write FIFO. Not REQ_BACKGROUND, which
+ * ext4 never sets. Swap-out is left out: a task short of memory waits
+ * for it.
+ */
+static inline bool prism_op_background(blk_opf_t opf)
+{
+	return (opf & REQ_OP_MASK) == REQ_OP_WRITE && !op_is_sync(opf) &&
+	       !(opf & REQ_SWAP);
+}
+
+/* The tier of an I/O with priority @ioprio and flags @opf. */
+static __always_inline enum prism_tier prism_tier_of(const struct prism_tunables *t,
+				     unsigned short ioprio, blk_opf_t opf)
+{
+	return prism_classify_rq(IOPRIO_PRIO_CLASS(ioprio),
+				 IOPRIO_PRIO_LEVEL(ioprio),
+				 prism_op_background(opf), t);
+}
+
+static inline u32 prism_rq_weight(struct request *rq)
+{
+	unsigned short ioprio = req_get_ioprio(rq);
+
+	return prism_weight(IOPRIO_PRIO_CLASS(ioprio), IOPRIO_PRIO_LEVEL(ioprio));
+}
+
+/*
+ * Something that closes the direct lane changed where the lane's requests
+ * cannot be spilled at once (a spill re-queues them, which calls back
+ * here): no request takes the lane from now, and the next dispatch looks
+ * again (prism_dispatch_choose()) rather than serving the lane as it
+ * came, uncharged, for the rest of the jiffy.
+ */
+static inline void prism_lane_recheck(struct prism_data *pd)
+{
+	pd->lane_off = true;
+	pd->lane_checked = jiffies - 1;
+}
+
+/*
+ * Flow @slot of @weight becomes backlogged in @tq: if the flow that did
+ * so before it there weighs otherwise, weights differ in the tier (see
+ * prism_weights_differed()). Flows issuing one request at a time on a
+ * deep device are seldom backlogged at the same moment, which is what
+ * prism_dispatch_request() looks for: until it saw it (0.3 s and more on
+ * flow_idle_flash's null_blk), the flows were served alike.
+ */
+static inline void prism_note_weight(struct prism_data *pd,
+				     struct prism_tier_queue *tq, int slot, u32 weight)
+{
+	if (tq->last_flow == slot)
+		return;
+	if (tq->last_flow >= 0 && tq->last_weight != weight) {
+		pd->weights_seen = jiffies;
+		prism_lane_recheck(pd);
+	}
+	tq->last_flow = slot;
+	tq->last_weight = weight;
+}
+
+/*
+ * A request of @tq completed within PRISM_ACTIVE_NS (see
+ * prism_tier_view.recent); jiffies only.
+ */
+static __always_inline bool prism_tier_recent(struct prism_tier_queue *tq,
+					      unsigned long now)
+{
+	unsigned long quiet = msecs_to_jiffies(PRISM_ACTIVE_NS /
+					       NSEC_PER_MSEC);
+
+	return time_before(now, READ_ONCE(tq->last_done) + quiet);
+}
+
+static __always_inline bool prism_tier_quiet(struct prism_data *pd,
+					     const struct prism_tunables *tun,
+					     struct request_queue *q,
+					     struct prism_tier_queue *tq)
+{
+	if (prism_inflight(tq) || tq->flush_seen || tq->chain_flush)
+		return false;
+	/* Never timed: never anticipated. */
+	return !READ_ONCE(tq->done_ns) || !prism_recently_done(pd, tun, q, tq);
+}
+
+/*
+ * No tier above @tier has requests in the device, a flush of its chain
+ * there, or a completion recent enough to be anticipated. Counters and
+ * jiffies only, no clock. Unrolled: this runs on every insert and on
+ * most dispatches.
+ */
+static __always_inline bool prism_higher_quiet(struct prism_data *pd,
+					       const struct prism_tunables *tun,
+					       struct request_queue *q,
+					       int tier)
+{
+	if (tier == PRISM_HIGH)
+		return true;
+	if (!prism_tier_quiet(pd, tun, q, &pd->tier[PRISM_HIGH]))
+		return false;
+	return tier == PRISM_NORMAL ||
+	       prism_tier_quiet(pd, tun, q, &pd->tier[PRISM_NORMAL]);
+}
+
+/* Whether a tier above @tier is active (prism_tier_active()); lockless. */
+static inline bool prism_higher_active(struct prism_data *pd, enum prism_tier tier,
+				       unsigned long now)
+{
+	int t;
+
+	for (t = 0; t < tier; t++)
+		if (prism_tier_active(prism_owned(&pd->tier[t]),
+				      READ_ONCE(pd->tier[t].last_done), now, HZ))
+			return true;
+	return false;
+}
+
+/* The test inline, on every insert; the sample out of line. */
+static __always_inline void prism_chain_link(struct prism_data *pd, u64 *now)
+{
+	int t;
+
+	for (t = PRISM_HIGH; t < PRISM_LOW; t++) {
+		struct prism_tier_queue *tq = &pd->tier[t];
+		u64 done = READ_ONCE(tq->sync_done_ns);
+
+		if (done && done != tq->chain_sampled)
+			prism_chain_sample_link(pd, tq, done, now);
+	}
+}
+
+/*
+ * The estimated device time of @rq, which @fl dispatches, counted in the
+ * flow's statistics with the request and its bytes.
+ */
+static inline u64 prism_flow_served(struct prism_data *pd,
+				    const struct prism_tunables *tun,
+				    struct prism_flow *fl, struct request *rq)
+{
+	enum prism_dir dir = prism_rq_dir(rq);
+	u32 bytes = prism_rq_data_bytes(rq);
+	u64 cost = prism_cost(&pd->model, dir, bytes,
+			      prism_cost_seq(fl->sweep_pos[dir],
+					     blk_rq_pos(rq), tun->seq_gap));
+
+	fl->dispatched++;
+	fl->cost += cost;
+	fl->bytes += bytes;
+	return cost;
+}
+
+/*
+ * Run the queue at @end (ns, the monotonic clock) through the window
+ * timer, unless it is set to run sooner: a hold parks the queue, so a
+ * wake-up pushed later would be one lost (the earlier one only costs a
+ * dispatch that finds the hold and parks again). Under the lock.
+ */
+static inline void prism_wake_at(struct prism_data *pd, u64 end, u64 slack)
+{
+	struct hrtimer *timer = &pd->window_timer;
+	ktime_t at = ns_to_ktime(end);
+
+	if (hrtimer_is_queued(timer) &&
+	    ktime_before(hrtimer_get_softexpires(timer), at))
+		return;
+	hrtimer_start_range_ns(timer, at, slack, HRTIMER_MODE_ABS);
+}
+
+/*
+ * The longest the queue stays parked without a wake-up of the hold's
+ * own: a hold waiting for a completion (depth) gets one, as
+ * if the completion were missed.
+ */
+#define PRISM_PARK_MAX		NSEC_PER_SEC
+
+/*
+ * Dispatch holds every queued request back, and has arranged (or is
+ * about to, before it unlocks) to run the queue when that may change:
+ * park it (see nr_parked). Not while a request prism did not dispatch is
+ * in the device (@foreign: a flush, a passthrough): its completion moves
+ * no count of prism's, and the view must see it leave (a flush ends a
+ * chain's link), so the core's re-run every 3 ms stays.
+ */
+static inline void prism_park(struct prism_data *pd, u32 foreign, u64 now)
+{
+	if (foreign)
+		return;
+	WRITE_ONCE(pd->parked_out, pd->view_out);
+	/*
+	 * Ordered before prism_wake_at() reads the window timer's state, as a
+	 * timer callback's smp_mb() orders its state cleared before it reads
+	 * nr_parked: either the callback sees the park, or the park sees the
+	 * timer gone and arms it again.
+	 */
+	smp_store_mb(pd->nr_parked, pd->nr_queued);
+	prism_wake_at(pd, now + PRISM_PARK_MAX, NSEC_PER_MSEC * 10);
+}
+
+/*
+ * Requests the device serves at once: the queue's depth where the driver
+ * sets one (SCSI: the LUN's, which may be far below its host's tags),
+ * else the tag set's depth per hardware queue. Not times the hardware
+ * queues: a drive's 64 NVMe queues of 1,023 tags are one drive, not
+ * 65,000 slots; tags shared by the hardware queues or the LUNs of a host
+ * are one set, counted once. Not blk_queue_depth(), which falls back to
+ * nr_requests, the scheduler's tags. A driver may change the queue's
+ * depth at any time (SCSI's queue_depth attribute): each dispatch that
+ * chooses (once a jiffy while the direct lane is served) reads it again
+ * into pd->device_depth, which the per-request paths read, and debugfs
+ * "flight" shows.
+ */
+static inline u32 prism_device_depth(struct request_queue *q)
+{
+	u32 depth = READ_ONCE(q->queue_depth);
+
+	if (!depth)
+		depth = q->tag_set->queue_depth;
+	return depth ? depth : 1;
+}
+
+/* Empty @acc; false if it held nothing, else its mean in ns in @mean. */
+static inline bool prism_lat_take(atomic64_t *acc, u64 *mean)
+{
+	u64 packed = atomic64_xchg(acc, 0);
+	u64 n = packed >> PRISM_LAT_COUNT_SHIFT;
+
+	if (!n)
+		return false;
+	*mean = div64_u64((packed & PRISM_LAT_SUM_MASK) * NSEC_PER_USEC, n);
+	return true;
+}
+
+/*
+ * Fold the device times finish_request() summed into the depth
+ * controller, one sample per kind (their mean) since the last fold. A
+ * sample taken with a lower request in flight is evidence against it; a
+ * solo one is only while another tier is about: a tier alone, slow by
+ * its own queue, must not have a limit set that nothing needs and that
+ * closes the direct lane.
+ */
+static inline void prism_fold_latency(struct prism_data *pd, u64 now, u32 depth)
+{
+	const struct prism_tunables *t = prism_tun(pd);
+	u64 mean;
+
+	if (prism_lat_take(&pd->lat.solo, &mean)) {
+		if (prism_tiers_contend(pd))
+			prism_depth_sample(&pd->depth, t, mean, true, now,
+					   depth);
+		else
+			prism_depth_observe(&pd->depth, mean, true, now);
+	}
+	if (prism_lat_take(&pd->lat.all, &mean))
+		prism_depth_sample(&pd->depth, t, mean, false, now, depth);
+	if (prism_lat_take(&pd->lat.bulk, &mean))
+		prism_bulk_sample(&pd->depth, mean);
+}
+
 
 extern struct elv_fs_entry prism_attrs[];
 #ifdef CONFIG_BLK_DEBUG_FS
