@@ -124,9 +124,15 @@ def temporary_nullb(name: str, **settings) -> Iterator[str]:
 
 def disk_by_serial(serial: str) -> str:
     # virtio-blk shows the serial on the disk, NVMe on its controller.
+    # A disk may have the file and refuse to read it (7.3's virtio-blk
+    # answers ENXIO for one without a serial): not the one sought.
     for dev in sorted(SYS_BLOCK.iterdir()):
         for s in (dev / "serial", dev / "device" / "serial"):
-            if s.exists() and s.read_text().strip() == serial:
+            try:
+                found = s.read_text().strip()
+            except OSError:
+                continue
+            if found == serial:
                 return dev.name
     raise RuntimeError(f"no disk with serial {serial!r} attached")
 
