@@ -712,6 +712,21 @@ static inline struct prism_flow *prism_flow_get(struct prism_data *pd, u32 id,
 	return spare;
 }
 
+/*
+ * The scheduler tags of the whole queue, which prism's counts of owned
+ * requests (over every hardware queue) are measured against: nr_requests
+ * for each hardware queue, or once where they share one set. Lockless:
+ * both change only while the queue is frozen.
+ */
+static inline u32 prism_queue_tags(struct request_queue *q)
+{
+	u32 nr = READ_ONCE(q->nr_requests);
+
+	if (blk_mq_is_shared_tags(q->tag_set->flags))
+		return nr;
+	return nr * q->nr_hw_queues;
+}
+
 /* Requests all tiers own. Lockless, never below zero as prism_owned(). */
 static inline u64 prism_owned_total(struct prism_data *pd)
 {

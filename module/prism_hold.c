@@ -495,7 +495,7 @@ static u32 prism_tier_limit(struct prism_data *pd, const struct prism_tunables *
 static bool prism_tier_can_allocate(struct prism_data *pd,
 				    enum prism_tier tier)
 {
-	u32 nr = pd->q->nr_requests, limit;
+	u32 nr = prism_queue_tags(pd->q), limit;
 
 	limit = prism_tier_limit(pd, prism_tun(pd), tier, nr, jiffies);
 	return prism_owned_total(pd) < (limit ? limit : nr);
@@ -734,16 +734,22 @@ static noinline void prism_limit_depth_slow(struct prism_data *pd,
 					    unsigned long now)
 {
 	const struct prism_tunables *t;
-	u32 depth, fdepth;
+	u32 depth, fdepth, all = prism_queue_tags(data->q);
 
 	rcu_read_lock();
 	t = &rcu_dereference(pd->tun)->t;
 	if (tier == PRISM_NR_TIERS)
 		tier = prism_tier_of(t, get_current_ioprio(), data->cmd_flags);
 	depth = prism_tier_limit(pd, t, tier, nr, now);
-	fdepth = prism_flow_limit(pd, t, tier, nr, prism_owned_total(pd));
+	/*
+	 * A flow's requests are counted over the whole queue, against all
+	 * its tags; the depth it gets is one hardware queue's part of that.
+	 */
+	fdepth = prism_flow_limit(pd, t, tier, all, prism_owned_total(pd));
 	rcu_read_unlock();
 
+	if (fdepth && all > nr)
+		fdepth = max_t(u32, 1, (u64)fdepth * nr / all);
 	if (fdepth && (!depth || fdepth < depth))
 		depth = fdepth;
 	if (depth)
