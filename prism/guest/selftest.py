@@ -190,11 +190,7 @@ def repeating(period: float, action):
 
 def queue_write_rc(dev: str, name: str, value) -> int:
     """Write a queue attribute; 0 or the errno (for repeating())."""
-    try:
-        g.write_queue(dev, name, value)
-        return 0
-    except OSError as e:
-        return e.errno or -1
+    return g.write_rc(g.SYS_BLOCK / dev / "queue" / name, f"{value}\n")
 
 
 @contextlib.contextmanager
@@ -2153,6 +2149,7 @@ TAGS_SHORT_THINK_US = 60000
 # judged: one TCG stall in a run (7.3, 2026-12-03: the RT reader 31 ms in
 # io_submit() while BE7 owned 4 of 8 tags) moved a mean of two to 2.95.
 TAGS_SHORT_PAIRS = 3
+TAGS_SHORT_P99_MAX = 2.0
 
 
 def tags_short_run(dev: str, deep: bool) -> dict:
@@ -2222,8 +2219,6 @@ def check_tags_short(ctx) -> dict:
     return {"ok": ok, "p99_ratio": round(ratio, 2), "pair_ratios": [round(r, 2) for r in ratios],
             "bound": TAGS_SHORT_P99_MAX, "low_max_owned": owned_max, "runs": runs}
 
-
-TAGS_SHORT_P99_MAX = 2.0
 
 
 def driver_tags(dev: str) -> list[int]:
@@ -2430,21 +2425,6 @@ def check_stress(ctx) -> dict:
             "drain_bound_s": STRESS_DRAIN_S, "rounds": rounds}
 
 
-def file_write_rc(path: Path, text: str) -> int:
-    """Write @text to @path in one write(); 0 or the errno answered."""
-    try:
-        fd = os.open(path, os.O_WRONLY)
-    except OSError as e:
-        return e.errno or -1
-    try:
-        os.write(fd, text.encode())
-        return 0
-    except OSError as e:
-        return e.errno or -1
-    finally:
-        os.close(fd)
-
-
 def in_cgroup(cg: Path, cmd: str) -> subprocess.Popen:
     """@cmd (a shell command) started in cgroup @cg."""
     return subprocess.Popen(["bash", "-c", f'echo $$ > "{cg}/cgroup.procs" && exec {cmd}'],
@@ -2492,30 +2472,30 @@ def check_cgroup_weight(ctx) -> dict:
     cg.mkdir(exist_ok=True)
     w, b = cg / "io.prism.weight", cg / "io.bfq.weight"
     out["default"] = w.read_text()
-    out["set_rc"] = [file_write_rc(w, "300"), file_write_rc(w, "default 50"),
-                     file_write_rc(w, f"{mm} 700")]
+    out["set_rc"] = [g.write_rc(w, "300"), g.write_rc(w, "default 50"),
+                     g.write_rc(w, f"{mm} 700")]
     out["read"] = w.read_text()
-    bfq_rc = [file_write_rc(b, "default 50"), file_write_rc(b, f"{mm_other} 700")]
+    bfq_rc = [g.write_rc(b, "default 50"), g.write_rc(b, f"{mm_other} 700")]
     bfq_read = b.read_text() if b.exists() else None
     out["bfq_read"] = bfq_read
     out["same_format"] = bfq_read is not None and all(rc == 0 for rc in bfq_rc) and (
         bfq_read.replace(mm_other, mm) == out["read"])
     before = w.read_text()
-    out["bad"] = {t.format(mm=mm): file_write_rc(w, t.format(mm=mm)) for t in CGROUP_BAD_WEIGHTS}
-    out["no_device"] = file_write_rc(w, "4095:1048575 100")
-    out["not_prism"] = file_write_rc(w, f"{mm_other} 100")
+    out["bad"] = {t.format(mm=mm): g.write_rc(w, t.format(mm=mm)) for t in CGROUP_BAD_WEIGHTS}
+    out["no_device"] = g.write_rc(w, "4095:1048575 100")
+    out["not_prism"] = g.write_rc(w, f"{mm_other} 100")
     out["unchanged"] = w.read_text() == before
     g.mount_debugfs()
     listing = g.DEBUGFS / "block" / dev / "sched" / "cgroups"
     reader = in_cgroup(cg, f"dd if=/dev/{dev} of=/dev/null bs=4k count=2000 iflag=direct")
     reader.wait(timeout=120)
     out["listed"] = listing.read_text()
-    out["reset_rc"] = file_write_rc(w, f"{mm} default")
+    out["reset_rc"] = g.write_rc(w, f"{mm} default")
     out["after_reset"] = w.read_text()
     # A cgroup removed while its reader has I/O in flight.
     gone = root / "prism-gone"
     gone.mkdir(exist_ok=True)
-    file_write_rc(gone / "io.prism.weight", "10")
+    g.write_rc(gone / "io.prism.weight", "10")
     reader = in_cgroup(gone, f"dd if=/dev/{dev} of=/dev/null bs=4k iflag=direct "
                              "count=100000000")
     time.sleep(2)

@@ -193,19 +193,25 @@ def read_tunable(dev: str, name: str) -> str:
     return tunable_path(dev, name).read_text().strip()
 
 
-def write_tunable(dev: str, name: str, value) -> int:
-    """Write @value; returns 0 or the errno the kernel answered with."""
+def write_rc(path: Path, text: str) -> int:
+    """Write @text to @path in one write(); returns 0 or the errno the
+    kernel answered with (sysfs, cgroup and debugfs files)."""
     try:
-        fd = os.open(tunable_path(dev, name), os.O_WRONLY)
+        fd = os.open(path, os.O_WRONLY)
     except OSError as e:
         return e.errno or -1
     try:
-        os.write(fd, str(value).encode())
+        os.write(fd, text.encode())
         return 0
     except OSError as e:
         return e.errno or -1
     finally:
         os.close(fd)
+
+
+def write_tunable(dev: str, name: str, value) -> int:
+    """Write @value; returns 0 or the errno the kernel answered with."""
+    return write_rc(tunable_path(dev, name), str(value))
 
 
 def prism_tiers(dev: str) -> dict[str, dict[str, int]]:
