@@ -135,16 +135,21 @@ def parse(arg: str) -> list[Kernel]:
     return [get(s.strip()) for s in arg.split(",") if s.strip()]
 
 
-def cache_dir() -> Path:
-    """Downloads and builds live here, never in the repository."""
-    env = os.environ.get("PRISM_CACHE")
+def _cache(var: str, name: str) -> Path:
+    """$@var, else @name under the user's cache directory; made if missing."""
+    env = os.environ.get(var)
     if env:
         base = Path(env)
     else:
         base = Path(os.environ.get("XDG_CACHE_HOME",
-                                   Path.home() / ".cache")) / "prism"
+                                   Path.home() / ".cache")) / name
     base.mkdir(parents=True, exist_ok=True)
     return base
+
+
+def cache_dir() -> Path:
+    """Downloads and builds live here, never in the repository."""
+    return _cache("PRISM_CACHE", "prism")
 
 
 def roots_dir() -> Path:
@@ -152,14 +157,7 @@ def roots_dir() -> Path:
     to make and independent of the module's sources, so shared by every
     PRISM_CACHE (a developer's private cache included). $PRISM_ROOTS, else
     ~/.cache/prism-7x (named for the 7.x kernels that first needed it)."""
-    env = os.environ.get("PRISM_ROOTS")
-    if env:
-        base = Path(env)
-    else:
-        base = Path(os.environ.get("XDG_CACHE_HOME",
-                                   Path.home() / ".cache")) / "prism-7x"
-    base.mkdir(parents=True, exist_ok=True)
-    return base
+    return _cache("PRISM_ROOTS", "prism-7x")
 
 
 def build_root(k: Kernel) -> Path:
