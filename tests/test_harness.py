@@ -421,6 +421,17 @@ def test_a_vm_that_exits_before_the_guest_starts_is_booted_once_more(monkeypatch
     assert "cannot start" in (tmp_path / "console.txt").read_text()
     assert "cannot start" in res.tail()
 
+    # A guest that dies (a panic powers it off) leaves no rc and no dmesg:
+    # the kernel console, kept apart from the guest's output, says why.
+    res = vm._boot(["bash", "-c", "echo '[guest] check x ...'; "
+                    "echo 'Kernel panic - not syncing: Fatal exception' >&2; exit 0"],
+                   tmp_path, 30, False)
+    assert res.returncode == -1 and not res.dmesg
+    assert "Kernel panic" not in res.output
+    assert "Kernel panic" in res.tail() and "Kernel panic" in (
+        tmp_path / "kernel-console.txt").read_text()
+    assert res.log_problems, "a panic on the kernel console is a problem in the log"
+
     k = kern.Kernel(series="6.12", abi="x", version="x")
     monkeypatch.setattr(kern.Kernel, "vmlinuz", property(lambda self: tmp_path / "vmlinuz"))
     (tmp_path / "vmlinuz").write_text("")

@@ -105,7 +105,7 @@ def test_vm_check(boot, check, kernel, request):
     skip_if_left_out(kernel, request.config, check)
     res, results = boot
     assert check in results, (f"check {check} did not run (guest exit {res.returncode}); "
-                              f"output tail:\n{res.output[-3000:]}")
+                              f"output tail:\n{res.tail(40)}")
     r = results[check]
     assert r["ok"], json.dumps(r, indent=1)[:6000]
 
@@ -189,7 +189,7 @@ def test_vm_hdd_learned_cost_follows_the_model(boot, kernel, request):
 def test_vm_cloud_check(cloud_boot, check):
     res, results = cloud_boot
     assert check in results, (f"check {check} did not run (guest exit {res.returncode}); "
-                              f"output tail:\n{res.output[-3000:]}")
+                              f"output tail:\n{res.tail(40)}")
     assert results[check]["ok"], json.dumps(results[check], indent=1)[:6000]
 
 
@@ -220,7 +220,8 @@ def test_vm_cloud_volume_follows_its_arithmetic(cloud_boot):
 @pytest.mark.vm
 def test_vm_kernel_log_clean(boot):
     res, _ = boot
-    assert res.dmesg, f"no kernel log came back (guest exit {res.returncode})"
+    assert res.dmesg, (f"no kernel log came back (guest exit {res.returncode}); "
+                       f"the kernel console's problems: {res.log_problems}")
     assert res.log_problems == [], "\n".join(f"{k}: {line}" for k, line in res.log_problems)
 
 

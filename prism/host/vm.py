@@ -177,14 +177,23 @@ class VmResult:
     elapsed: float
     guest_started: bool = True   # the guest script ran (its first line)
     timed_out: bool = False
+    # The kernel's console (warnings and worse, and vng's own messages) as
+    # it was printed: what is left of the kernel log when the guest dies
+    # (a panic powers the VM off) before the command's end can save dmesg.
+    kernel_console: str = ""
 
     def tail(self, lines: int = 15) -> str:
-        """The console's last lines, for an error message."""
-        return "".join(self.output.splitlines(keepends=True)[-lines:])
+        """The console's last lines, for an error message; the kernel
+        console's too when the guest never got to the command's end."""
+        out = "".join(self.output.splitlines(keepends=True)[-lines:])
+        if self.returncode == -1 and self.kernel_console.strip():
+            out += ("\nthe kernel console's last lines:\n"
+                    + "".join(self.kernel_console.splitlines(keepends=True)[-2 * lines:]))
+        return out
 
     @property
     def log_problems(self) -> list[tuple[str, str]]:
-        return klog.problems(self.dmesg)
+        return klog.problems(self.dmesg or self.kernel_console)
 
 
 def require_tools() -> None:
@@ -333,7 +342,7 @@ def run(k: kernels.Kernel, command: str, *, ko: Path | None = None,
                          f"run 'prism fetch --kernel {k.series}'")
     rundir = rundir or new_rundir()
     rundir.mkdir(parents=True, exist_ok=True)
-    for f in ("rc", "dmesg.txt", "started", "console.txt"):
+    for f in ("rc", "dmesg.txt", "started", "console.txt", "kernel-console.txt"):
         (rundir / f).unlink(missing_ok=True)
     models = [d for d in disks if isinstance(d, ModelDisk)]
     script = rundir / "guest.sh"
@@ -353,8 +362,12 @@ def run(k: kernels.Kernel, command: str, *, ko: Path | None = None,
     # (kernels.fetch_image: IMAGE_DIR/boot/vmlinuz-ABI), IMAGE_DIR/lib/modules/ABI,
     # which the guest gets linked at /lib/modules/ABI (virtme_link_mods),
     # the rest of its root being the host's.
+    # --verbose sends the kernel console to vng's stderr (kept apart from
+    # the guest's output by _boot); loglevel=5 keeps it to warnings and
+    # worse, so a panic that powers the guest off still leaves its trace.
     cmd = ["vng", "--run", str(k.vmlinuz), "--force-9p", "--cpus", str(cpus),
-           "--memory", memory, f"--rwdir={rundir}", "--exec", str(script)]
+           "--memory", memory, f"--rwdir={rundir}", "--verbose", "--append=loglevel=5",
+           "--exec", str(script)]
     if accel == "auto":
         accel = "kvm" if kvm_works(k) else "tcg"
     if accel == "kvm":
@@ -394,9 +407,11 @@ def run(k: kernels.Kernel, command: str, *, ko: Path | None = None,
 def _boot(cmd: list[str], rundir: Path, timeout: float, echo: bool,
           env: dict[str, str] | None = None) -> VmResult:
     start = time.monotonic()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            stdin=subprocess.DEVNULL, text=True, errors="replace",
-                            start_new_session=True, cwd=str(rundir), env=env)
+    console = rundir / "kernel-console.txt"
+    with open(console, "wb") as err:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err,
+                                stdin=subprocess.DEVNULL, text=True, errors="replace",
+                                start_new_session=True, cwd=str(rundir), env=env)
     lines = []
     timed_out = False
     try:
@@ -429,4 +444,5 @@ def _boot(cmd: list[str], rundir: Path, timeout: float, echo: bool,
         output += f"\nprism: guest killed after {timeout:.0f} s\n"
     (rundir / "console.txt").write_text(output)
     return VmResult(rc, output, dmesg, rundir, elapsed,
-                    guest_started=(rundir / "started").exists(), timed_out=timed_out)
+                    guest_started=(rundir / "started").exists(), timed_out=timed_out,
+                    kernel_console=console.read_text(errors="replace"))
