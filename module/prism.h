@@ -379,7 +379,6 @@ struct prism_data {
 	 * lock with prism_tun() and locklessly in limit_depth() under RCU.
 	 */
 	struct prism_tun_rcu __rcu *tun;
-	int front_merges;
 	/*
 	 * flow_depth as a part of 1024, rounded down (U32_MAX when the limit
 	 * is off): limit_depth()'s fast path compares without a division,
@@ -395,10 +394,11 @@ struct prism_data {
 	 * prism_hist_bucket()'s buckets. hist_wait: from the request's
 	 * allocation (the core's start_time_ns) to its dispatch, under the
 	 * lock. hist_device: from dispatch to completion, added where
-	 * requests complete, without the lock. Kept only while latency_hist
-	 * is 1 (off by default: about 50 instructions per request, 0.6% of
-	 * a 4 KiB read's kernel path, which nothing else needs). Written
-	 * under the lock; dispatch reads it there, completions locklessly.
+	 * requests complete, without the lock. Kept only once "1" is
+	 * written to debugfs "latency" (off at first: about 50 instructions
+	 * per request, 0.6% of a 4 KiB read's kernel path, which nothing
+	 * else needs). Written under the lock; dispatch reads it there,
+	 * completions locklessly.
 	 */
 	bool latency_hist;
 	u64 hist_wait[PRISM_NR_TIERS][PRISM_NR_DIRS][PRISM_HIST_BUCKETS];

@@ -21,9 +21,7 @@ void prism_tunables_init(struct prism_tunables *t, unsigned int hz)
 	t->prio_aging_expire = 10 * hz;
 	t->writes_starved = 2;
 	t->fifo_batch = 16;
-	/* Seed 000's mapping: BE 0-2 HIGH, 3-5 NORMAL, 6-7 LOW. */
-	t->be_high_max = 2;
-	t->be_low_min = 6;
+	prism_set_be_tiers(t, 3);
 	/*
 	 * Keep a quarter of the scheduler tags out of NORMAL's reach and half
 	 * out of LOW's, so that a bulk job cannot hold every tag while a
@@ -63,6 +61,20 @@ void prism_tunables_init(struct prism_tunables *t, unsigned int hz)
 	t->bulk_merge = 0;
 	/* Background writeback is bulk work, whoever's it is. */
 	t->writeback_low = true;
+}
+
+/*
+ * be_tiers: how many tiers the eight BE levels span. 3 is seed 000's
+ * mapping, BE 0-2 HIGH, 3-5 NORMAL, 6-7 LOW, which gives a raised level
+ * priority over the default one; 1 puts every level in NORMAL, where the
+ * levels are weights of flows sharing one tier, as under bfq (the
+ * proportional-shares recipe). v2's two cut-offs were never set to
+ * anything else.
+ */
+void prism_set_be_tiers(struct prism_tunables *t, int n)
+{
+	t->be_high_max = n == 1 ? -1 : 2;
+	t->be_low_min = n == 1 ? 8 : 6;
 }
 
 bool prism_tunables_valid(const struct prism_tunables *t)

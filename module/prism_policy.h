@@ -92,6 +92,7 @@ struct prism_tunables {
 	unsigned long prio_aging_expire;	/* 0: no aging */
 	u32 writes_starved;
 	u32 fifo_batch;
+	/* Set by be_tiers (prism_set_be_tiers()), varied by the tests. */
 	int be_high_max;	/* BE levels 0..be_high_max are HIGH (-1: none) */
 	int be_low_min;		/* BE levels be_low_min..7 are LOW (8: none) */
 	/* Fixed: the tag reserve, % of the scheduler tags NORMAL, LOW may hold. */
@@ -303,6 +304,7 @@ static inline bool prism_time_after_eq(unsigned long a, unsigned long b)
 }
 
 void prism_tunables_init(struct prism_tunables *t, unsigned int hz);
+void prism_set_be_tiers(struct prism_tunables *t, int n);
 
 /*
  * The hot-path helpers below are inline: limit_depth() and insert run them

@@ -854,7 +854,7 @@ static int prism_request_merge(struct request_queue *q, struct request **rq,
 	 * the lock, as this runs): the submitter's flow's, where its
 	 * stream's requests are. The test inline, the search out of line.
 	 */
-	if (!READ_ONCE(pd->front_merges) || !pd->sorted)
+	if (!pd->sorted)
 		return ELEVATOR_NO_MERGE;
 	return prism_front_merge(pd, rq, bio);
 }
@@ -891,7 +891,7 @@ static void prism_requests_merged(struct request_queue *q, struct request *req,
 	 * The survivor inherits the earlier arrival and FIFO place, but only
 	 * within its own flow's FIFO: the two may be different processes'
 	 * (the hash finds any queued request), or in different tiers when
-	 * be_high_max or be_low_min changed between their inserts (the core
+	 * be_tiers changed between their inserts (the core
 	 * only checks that their ioprio is equal), and a request on another
 	 * flow's list would leave both flows' and tiers' counts wrong; nor
 	 * across the sync and background write lists (the core merges a sync
@@ -1014,7 +1014,6 @@ static int prism_init_sched(struct request_queue *q, prism_init_sched_t arg)
 		prism_flow_reset(pd, &flows[f], 0, 0, PRISM_NORMAL);
 	for (t = 0; t < PRISM_NR_TIERS; t++)
 		prism_flow_reset(pd, &flows[PRISM_NR_FLOWS + t], 0, 0, t);
-	pd->front_merges = 1;
 	prism_batch_reset(&pd->batch);
 	pd->idle_flow = -1;
 	pd->rotational = !blk_queue_nonrot(q);

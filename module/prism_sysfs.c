@@ -11,20 +11,16 @@ enum prism_attr_id {
 	PRISM_ATTR_READ_EXPIRE,
 	PRISM_ATTR_WRITE_EXPIRE,
 	PRISM_ATTR_WRITES_STARVED,
-	PRISM_ATTR_FRONT_MERGES,
 	PRISM_ATTR_FIFO_BATCH,
 	PRISM_ATTR_PRIO_AGING_EXPIRE,
-	PRISM_ATTR_BE_HIGH_MAX,
-	PRISM_ATTR_BE_LOW_MIN,
+	PRISM_ATTR_BE_TIERS,
 	PRISM_ATTR_NORMAL_SHARE,
 	PRISM_ATTR_LOW_SHARE,
 	PRISM_ATTR_SLICE_IDLE_US,
 	PRISM_ATTR_TARGET_LATENCY_US,
-	PRISM_ATTR_NORMAL_RATE_KBPS,
 	PRISM_ATTR_LOW_RATE_KBPS,
 	PRISM_ATTR_WRITEBACK_LOW,
 	PRISM_ATTR_BULK_MERGE_KB,
-	PRISM_ATTR_LATENCY_HIST,
 };
 
 /* An hour: longer deadlines mean none; shown values stay within int. */
@@ -42,11 +38,9 @@ static const struct prism_attr_range prism_attr_ranges[] = {
 	[PRISM_ATTR_READ_EXPIRE]	= { 0, PRISM_MAX_MSECS },
 	[PRISM_ATTR_WRITE_EXPIRE]	= { 0, PRISM_MAX_MSECS },
 	[PRISM_ATTR_WRITES_STARVED]	= { 0, INT_MAX },
-	[PRISM_ATTR_FRONT_MERGES]	= { 0, 1 },
 	[PRISM_ATTR_FIFO_BATCH]		= { 0, INT_MAX },
 	[PRISM_ATTR_PRIO_AGING_EXPIRE]	= { 0, PRISM_MAX_MSECS },
-	[PRISM_ATTR_BE_HIGH_MAX]	= { -1, 7 },
-	[PRISM_ATTR_BE_LOW_MIN]		= { 0, 8 },
+	[PRISM_ATTR_BE_TIERS]		= { 1, 3 },	/* 1 or 3 */
 	[PRISM_ATTR_NORMAL_SHARE]	= { 0, PRISM_SHARE_MAX },
 	[PRISM_ATTR_LOW_SHARE]		= { 0, PRISM_SHARE_MAX },
 	/*
@@ -55,11 +49,9 @@ static const struct prism_attr_range prism_attr_ranges[] = {
 	 */
 	[PRISM_ATTR_SLICE_IDLE_US]	= { PRISM_AUTO, PRISM_ACTIVE_NS / NSEC_PER_USEC },
 	[PRISM_ATTR_TARGET_LATENCY_US]	= { 0, 10 * USEC_PER_SEC },
-	[PRISM_ATTR_NORMAL_RATE_KBPS]	= { 0, INT_MAX },
 	[PRISM_ATTR_LOW_RATE_KBPS]	= { 0, INT_MAX },
 	[PRISM_ATTR_WRITEBACK_LOW]	= { 0, 1 },
 	[PRISM_ATTR_BULK_MERGE_KB]	= { 0, 1 << 20 },
-	[PRISM_ATTR_LATENCY_HIST]	= { 0, 1 },
 };
 
 /*
@@ -82,8 +74,7 @@ static unsigned long *prism_attr_jiffies(struct prism_tunables *t,
 	}
 }
 
-static int prism_attr_get(struct prism_data *pd, const struct prism_tunables *t,
-			  enum prism_attr_id id)
+static int prism_attr_get(const struct prism_tunables *t, enum prism_attr_id id)
 {
 	switch (id) {
 	case PRISM_ATTR_READ_EXPIRE:
@@ -94,14 +85,10 @@ static int prism_attr_get(struct prism_data *pd, const struct prism_tunables *t,
 		return jiffies_to_msecs(t->prio_aging_expire);
 	case PRISM_ATTR_WRITES_STARVED:
 		return t->writes_starved;
-	case PRISM_ATTR_FRONT_MERGES:
-		return pd->front_merges;
 	case PRISM_ATTR_FIFO_BATCH:
 		return t->fifo_batch;
-	case PRISM_ATTR_BE_HIGH_MAX:
-		return t->be_high_max;
-	case PRISM_ATTR_BE_LOW_MIN:
-		return t->be_low_min;
+	case PRISM_ATTR_BE_TIERS:
+		return t->be_high_max < 0 ? 1 : 3;
 	case PRISM_ATTR_NORMAL_SHARE:
 		return t->share[PRISM_NORMAL];
 	case PRISM_ATTR_LOW_SHARE:
@@ -112,16 +99,12 @@ static int prism_attr_get(struct prism_data *pd, const struct prism_tunables *t,
 		return div_u64(t->slice_idle, NSEC_PER_USEC);
 	case PRISM_ATTR_TARGET_LATENCY_US:
 		return div_u64(t->target, NSEC_PER_USEC);
-	case PRISM_ATTR_NORMAL_RATE_KBPS:
-		return t->rate_kbps[PRISM_NORMAL];
 	case PRISM_ATTR_LOW_RATE_KBPS:
 		return t->rate_kbps[PRISM_LOW];
 	case PRISM_ATTR_WRITEBACK_LOW:
 		return t->writeback_low;
 	case PRISM_ATTR_BULK_MERGE_KB:
 		return t->bulk_merge >> 10;
-	case PRISM_ATTR_LATENCY_HIST:
-		return pd->latency_hist;
 	}
 	return 0;
 }
@@ -133,7 +116,7 @@ static ssize_t prism_attr_show(struct elevator_queue *e, char *page,
 	int val;
 
 	spin_lock(&pd->lock);
-	val = prism_attr_get(pd, prism_tun(pd), id);
+	val = prism_attr_get(prism_tun(pd), id);
 	spin_unlock(&pd->lock);
 	return sysfs_emit(page, "%d\n", val);
 }
@@ -195,6 +178,8 @@ static ssize_t prism_attr_store(struct elevator_queue *e, const char *page,
 		return -EINVAL;
 	if (val < r->min || val > r->max)
 		return -EINVAL;
+	if (id == PRISM_ATTR_BE_TIERS && val == 2)
+		return -EINVAL;
 	new = kzalloc_obj(*new, GFP_KERNEL);
 	if (!new)
 		return -ENOMEM;
@@ -215,11 +200,8 @@ static ssize_t prism_attr_store(struct elevator_queue *e, const char *page,
 		case PRISM_ATTR_FIFO_BATCH:
 			t.fifo_batch = val;
 			break;
-		case PRISM_ATTR_BE_HIGH_MAX:
-			t.be_high_max = val;
-			break;
-		case PRISM_ATTR_BE_LOW_MIN:
-			t.be_low_min = val;
+		case PRISM_ATTR_BE_TIERS:
+			prism_set_be_tiers(&t, val);
 			break;
 		case PRISM_ATTR_NORMAL_SHARE:
 			t.share[PRISM_NORMAL] = val;
@@ -233,9 +215,6 @@ static ssize_t prism_attr_store(struct elevator_queue *e, const char *page,
 			break;
 		case PRISM_ATTR_TARGET_LATENCY_US:
 			t.target = (u64)val * NSEC_PER_USEC;
-			break;
-		case PRISM_ATTR_NORMAL_RATE_KBPS:
-			t.rate_kbps[PRISM_NORMAL] = val;
 			break;
 		case PRISM_ATTR_LOW_RATE_KBPS:
 			t.rate_kbps[PRISM_LOW] = val;
@@ -256,10 +235,6 @@ static ssize_t prism_attr_store(struct elevator_queue *e, const char *page,
 		return -EINVAL;
 	}
 	old = prism_tun_publish(pd, new, &t);
-	if (id == PRISM_ATTR_FRONT_MERGES)
-		WRITE_ONCE(pd->front_merges, val);
-	if (id == PRISM_ATTR_LATENCY_HIST)
-		WRITE_ONCE(pd->latency_hist, val);
 	spin_unlock(&pd->lock);
 	kfree_rcu(old, rcu);
 	blk_mq_run_hw_queues(pd->q, true);
@@ -402,19 +377,15 @@ static ssize_t prism_##name##_store(struct elevator_queue *e,		\
 PRISM_ATTR(read_expire, PRISM_ATTR_READ_EXPIRE)
 PRISM_ATTR(write_expire, PRISM_ATTR_WRITE_EXPIRE)
 PRISM_ATTR(writes_starved, PRISM_ATTR_WRITES_STARVED)
-PRISM_ATTR(front_merges, PRISM_ATTR_FRONT_MERGES)
 PRISM_ATTR(fifo_batch, PRISM_ATTR_FIFO_BATCH)
 PRISM_ATTR(prio_aging_expire, PRISM_ATTR_PRIO_AGING_EXPIRE)
-PRISM_ATTR(be_high_max, PRISM_ATTR_BE_HIGH_MAX)
-PRISM_ATTR(be_low_min, PRISM_ATTR_BE_LOW_MIN)
+PRISM_ATTR(be_tiers, PRISM_ATTR_BE_TIERS)
 PRISM_ATTR(normal_share, PRISM_ATTR_NORMAL_SHARE)
 PRISM_ATTR(low_share, PRISM_ATTR_LOW_SHARE)
 PRISM_ATTR(slice_idle_us, PRISM_ATTR_SLICE_IDLE_US)
 PRISM_ATTR(target_latency_us, PRISM_ATTR_TARGET_LATENCY_US)
-PRISM_ATTR(normal_rate_kbps, PRISM_ATTR_NORMAL_RATE_KBPS)
 PRISM_ATTR(low_rate_kbps, PRISM_ATTR_LOW_RATE_KBPS)
 PRISM_ATTR(bulk_merge_kb, PRISM_ATTR_BULK_MERGE_KB)
-PRISM_ATTR(latency_hist, PRISM_ATTR_LATENCY_HIST)
 PRISM_ATTR(writeback_low, PRISM_ATTR_WRITEBACK_LOW)
 
 #define PRISM_ATTR_ENTRY(name) \
@@ -424,20 +395,16 @@ struct elv_fs_entry prism_attrs[] = {
 	PRISM_ATTR_ENTRY(read_expire),
 	PRISM_ATTR_ENTRY(write_expire),
 	PRISM_ATTR_ENTRY(writes_starved),
-	PRISM_ATTR_ENTRY(front_merges),
 	PRISM_ATTR_ENTRY(fifo_batch),
 	PRISM_ATTR_ENTRY(prio_aging_expire),
-	PRISM_ATTR_ENTRY(be_high_max),
-	PRISM_ATTR_ENTRY(be_low_min),
+	PRISM_ATTR_ENTRY(be_tiers),
 	PRISM_ATTR_ENTRY(normal_share),
 	PRISM_ATTR_ENTRY(low_share),
 	PRISM_ATTR_ENTRY(slice_idle_us),
 	PRISM_ATTR_ENTRY(target_latency_us),
 	PRISM_ATTR_ENTRY(cost_model),
-	PRISM_ATTR_ENTRY(normal_rate_kbps),
 	PRISM_ATTR_ENTRY(low_rate_kbps),
 	PRISM_ATTR_ENTRY(bulk_merge_kb),
-	PRISM_ATTR_ENTRY(latency_hist),
 	PRISM_ATTR_ENTRY(writeback_low),
 	__ATTR_NULL
 };

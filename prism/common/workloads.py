@@ -30,8 +30,8 @@ class Workload:
     # (the workload's job file).
     app: str | None = None
     companion: str | None = None
-    # prism runs with its latency histograms on (latency_hist=1, off in
-    # prism by default), for the report; not where prism's CPU cost is
+    # prism runs with its latency histograms on (debugfs "latency", off
+    # in prism at first), for the report; not where prism's CPU cost is
     # what is measured, which they would add to.
     latency_hist: bool = True
 

@@ -116,11 +116,8 @@ def sched_nr_requests(profile: str) -> int | None:
 def apply_scheduler(dev: str, spec: str, profile: str = "",
                     latency_hist: bool = False) -> None:
     """Select @spec's scheduler on @dev with its tunables; with
-    @latency_hist, prism's latency histograms on too, unless @spec sets
-    latency_hist itself."""
+    @latency_hist, prism's latency histograms on too."""
     name, tunables = parse_scheduler(spec)
-    if name == "prism" and latency_hist:
-        tunables = {"latency_hist": 1} | tunables
     available = g.offered_schedulers(dev, name)
     if name not in available:
         raise SystemExit(f"bench: scheduler {name!r} is not offered by this kernel "
@@ -136,6 +133,8 @@ def apply_scheduler(dev: str, spec: str, profile: str = "",
         err = g.write_tunable(dev, key, val)
         if err:
             raise SystemExit(f"bench: {name}: {key}={val} refused ({os.strerror(err)})")
+    if name == "prism" and latency_hist:
+        g.prism_latency_keep(dev)
 
 
 MOUNTPOINT = Path("/tmp/prism-bench-fs")
@@ -180,10 +179,12 @@ class RunMarks:
         self.flight_series: list[dict] = []
         self.sampler = None
         self.t0 = time.monotonic()
+        self.latency_hist = WORKLOADS[run["workload"]].latency_hist
         if parse_scheduler(run["scheduler"])[0] == "prism":
-            self.latency_reset = threading.Timer(plan["ramp"], g.prism_latency_reset,
-                                                 [device.name])
-            self.latency_reset.start()
+            if self.latency_hist:
+                self.latency_reset = threading.Timer(plan["ramp"], g.prism_latency_keep,
+                                                     [device.name])
+                self.latency_reset.start()
             self.sampler = threading.Thread(target=self._sample_flight,
                                             args=(device.name, plan["ramp"]), daemon=True)
             self.sampler.start()
@@ -235,7 +236,7 @@ class RunMarks:
         if parse_scheduler(run["scheduler"])[0] == "prism":
             meta["prism_tiers"] = g.prism_tiers(device.name)
             meta["prism_flight"] = g.prism_flight(device.name)
-            if g.read_tunable(device.name, "latency_hist") == "1":
+            if self.latency_hist:
                 meta["prism_latency"] = g.prism_latency(device.name)
             meta["prism_cost"] = g.prism_cost(device.name)
             meta["prism_flight_series"] = self.flight_series

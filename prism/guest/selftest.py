@@ -32,21 +32,20 @@ TUNABLES = {
     "read_expire": (500, 1000, 0, 3600000),
     "write_expire": (5000, 2000, 0, 3600000),
     "writes_starved": (2, 4, 0, 2**31 - 1),
-    "front_merges": (1, 0, 0, 1),
     "fifo_batch": (16, 8, 0, 2**31 - 1),
     "prio_aging_expire": (10000, 2000, 0, 3600000),
-    "be_high_max": (2, 1, -1, 7),
-    "be_low_min": (6, 7, 0, 8),
+    "be_tiers": (3, 1, 1, 3),     # 2 refused (TUNABLE_GAPS)
     "normal_share": (25, 30, 0, 50),
     "low_share": (10, 20, 0, 50),
     "slice_idle_us": (-1, 2000, -1, 100000),
     "target_latency_us": (0, 5000, 0, 10000000),
-    "normal_rate_kbps": (0, 51200, 0, 2**31 - 1),
     "low_rate_kbps": (0, 20480, 0, 2**31 - 1),
     "writeback_low": (1, 0, 0, 1),
     "bulk_merge_kb": (0, 128, 0, 1 << 20),
-    "latency_hist": (0, 1, 0, 1),
 }
+# Values inside a tunable's range that it refuses: the BE levels span one
+# tier or three.
+TUNABLE_GAPS = {"be_tiers": (2,)}
 # cost_model: "fixed" or "auto" and six coefficients, as it reads.
 COST_DEFAULT = "fixed rbps=0 rseqiops=0 rrandiops=0 wbps=0 wseqiops=0 wrandiops=0"
 # Tunables that take words: (default as shown, {a write, in this order:
@@ -211,12 +210,11 @@ def rotational(dev: str, value: int):
 # Tunables away from their defaults, for the verify checks: data must
 # survive whatever they are set to.
 VERIFY_TUNABLES: dict[str, dict[str, int | str]] = {
-    "virtio": {"cost_model": COST_DEFAULT.replace("fixed", "auto"), "latency_hist": 1},
+    "virtio": {"cost_model": COST_DEFAULT.replace("fixed", "auto")},
     "nvme": {"cost_model": "fixed rbps=102400000 rseqiops=0 rrandiops=200 wbps=92160000 "
                            "wseqiops=0 wrandiops=150",
              "low_rate_kbps": 102400, "slice_idle_us": 1000,
-             "writeback_low": 0, "bulk_merge_kb": 64,
-             "latency_hist": 1},
+             "writeback_low": 0, "bulk_merge_kb": 64},
 }
 
 
@@ -228,6 +226,7 @@ def check_verify(ctx, devkey: str) -> dict:
     dev = ctx[devkey]
     tunables = VERIFY_TUNABLES.get(devkey, {})
     g.set_scheduler(dev, "prism", tunables)
+    g.prism_latency_keep(dev)           # their path under verification too
     set_ok = all(g.read_tunable(dev, k) == str(v) for k, v in tunables.items())
     # The order switch (tree rebuild) while I/O runs: sorted, not, sorted...
     with rotational(dev, 1):
@@ -518,8 +517,8 @@ def check_writeback_low(ctx) -> dict:
     runs = {}
     with dirty_background(WRITEBACK_BACKGROUND_MB << 20):
         for low in (1, 0):
-            g.set_scheduler(dev, "prism", {"writeback_low": low, "latency_hist": 1})
-            g.prism_latency_reset(dev)
+            g.set_scheduler(dev, "prism", {"writeback_low": low})
+            g.prism_latency_keep(dev)
             g.sh(f"dd if=/dev/zero of=/dev/{dev} bs=1M count={WRITEBACK_MB} "
                  "status=none")
             deadline = time.monotonic() + 60
@@ -591,7 +590,7 @@ def check_cost_learn_hdd(ctx) -> dict:
 
 
 def check_flow_shares(ctx) -> dict:
-    """Eight readers at BE 0..7 in one tier (be_high_max=-1, be_low_min=8)
+    """Eight readers at BE 0..7 in one tier (be_tiers=1)
     share the metered NVMe disk (400 IOPS: the disk, not TCG, is the
     bottleneck; on the emulated HDD under TCG the guest could not keep
     eight readers backlogged) by weight: each flow's cost served, from
@@ -602,8 +601,7 @@ def check_flow_shares(ctx) -> dict:
     g.set_scheduler(dev, "none")
     g.set_scheduler(dev, "prism")      # a fresh instance: fresh flows
     g.write_queue(dev, "nr_requests", SCHED_TAGS)
-    g.write_tunable(dev, "be_high_max", -1)
-    g.write_tunable(dev, "be_low_min", 8)
+    g.write_tunable(dev, "be_tiers", 1)
     args = ["--direct=1", "--ioengine=libaio", "--runtime=10", "--time_based=1",
             "--exitall", "--group_reporting=0", f"--filename=/dev/{dev}"]
     for level in range(8):
@@ -615,8 +613,7 @@ def check_flow_shares(ctx) -> dict:
         flows = g.prism_flows(dev)
         books = conservation(dev)
     finally:
-        g.write_tunable(dev, "be_low_min", 6)
-        g.write_tunable(dev, "be_high_max", 2)
+        g.write_tunable(dev, "be_tiers", 3)
     by_weight: dict[int, int] = {}
     for f in flows:
         if f["pid"] and f["dispatched"]:
@@ -639,8 +636,7 @@ def flow_idle_run(dev: str, flow_idle_us: int) -> dict:
     the HDD, iodepth 2, for 6 s: each flow's part of the cost prism
     served (from its own flows) and the bytes read in all."""
     g.set_scheduler(dev, "none")
-    g.set_scheduler(dev, "prism", {"be_high_max": -1, "be_low_min": 8,
-                                   "slice_idle_us": flow_idle_us})
+    g.set_scheduler(dev, "prism", {"be_tiers": 1, "slice_idle_us": flow_idle_us})
     # As prism's udev rules set it: at the kernel's default of 2 the other
     # flows' queued requests hold every tag, and no flow is waited for.
     g.write_queue(dev, "nr_requests", 64)
@@ -777,7 +773,7 @@ def check_flow_idle_flash(ctx) -> dict:
             # than that to exit under TCG (seen 2026-12-03).
             with repeating(0.5, lambda tick: flow_window_sample(dev)) as windows:
                 ios, flight, balanced = run_two_readers(
-                    dev, {"be_high_max": -1, "be_low_min": 8, "slice_idle_us": idle}, levels,
+                    dev, {"be_tiers": 1, "slice_idle_us": idle}, levels,
                     ["--rw=randread", "--bs=4k", "--iodepth=1", "--randrepeat=0"], 4)
             runs[name] = {"ios": ios, "ratio": round(ios[0] / max(ios[1], 1), 2),
                           "held_flow": flight["held_flow"],
@@ -1040,9 +1036,9 @@ def check_pacing_writeback_cloud(ctx) -> dict:
     with dirty_background(1 << 20):
         for rep in range(2):
             g.set_scheduler(dev, "none")
-            g.set_scheduler(dev, "prism", {"latency_hist": 1})
+            g.set_scheduler(dev, "prism")
             g.write_queue(dev, "nr_requests", 128)
-            g.prism_latency_reset(dev)
+            g.prism_latency_keep(dev)
             before = g.prism_flight(dev)["held_paced"]
             log = Path(f"paced-wb-{rep}")
             args = (contention_jobs(dev, "--rw=randread --bs=4k --iodepth=1 --size=1G",
@@ -1133,10 +1129,6 @@ def check_tunables(ctx) -> dict:
             if err != EINVAL or after != before:
                 failures.append(f"{name}={bad!r}: errno {err}, {before} -> {after}")
         for val in (good, lo, hi, default):
-            if name == "be_high_max" and val >= int(g.read_tunable(dev, "be_low_min")):
-                continue
-            if name == "be_low_min" and val <= int(g.read_tunable(dev, "be_high_max")):
-                continue
             err = g.write_tunable(dev, name, val)
             got = g.read_tunable(dev, name)
             if err or int(got) != val:
@@ -1155,12 +1147,12 @@ def check_tunables(ctx) -> dict:
             if err or got != shown:
                 failures.append(f"{kname}={words!r}: errno {err}, reads back {got!r}")
         g.write_tunable(dev, kname, kdefault)
-    # The BE cut-offs may not cross.
-    for name, val in (("be_high_max", 6), ("be_low_min", 2)):
+    for name, gaps in TUNABLE_GAPS.items():
         before = g.read_tunable(dev, name)
-        err = g.write_tunable(dev, name, val)
-        if err != EINVAL or g.read_tunable(dev, name) != before:
-            failures.append(f"crossing {name}={val}: errno {err}")
+        for val in gaps:
+            err = g.write_tunable(dev, name, val)
+            if err != EINVAL or g.read_tunable(dev, name) != before:
+                failures.append(f"{name}={val}: errno {err}")
     final: dict = {name: int(g.read_tunable(dev, name)) for name in TUNABLES}
     final |= {name: g.read_tunable(dev, name) for name in KEYWORD_TUNABLES}
     restored = final == {n: s[0] for n, s in (TUNABLES | KEYWORD_TUNABLES).items()}
@@ -1418,9 +1410,10 @@ def check_latency_hist(ctx) -> dict:
     bucket and every one that completed in a device bucket, per tier
     (against the tiers' own counters); device times sit at the device's
     5 ms; the RT writes wait less than the BE7 reads, which queue behind
-    them. Writing anything but 0 is refused and changes nothing; 0 empties
-    them. Off by default (latency_hist=0), they count nothing: a first
-    run of the same jobs, for 1 s, leaves them empty."""
+    them. Writing anything but 0 or 1 is refused and changes nothing; 1
+    empties them and keeps counting, 0 empties them and stops: a run after
+    it counts nothing. Off at first, they count nothing: a first run of
+    the same jobs, for 1 s, leaves them empty."""
     dev = ctx["nullb"]
     g.set_scheduler(dev, "prism")
 
@@ -1433,7 +1426,7 @@ def check_latency_hist(ctx) -> dict:
     jobs(1)
     off_dispatched = sum(t["dispatched"] for t in g.prism_tiers(dev).values())
     off_empty = not g.prism_latency(dev)["hists"] and off_dispatched > 0
-    g.set_scheduler(dev, "prism", {"latency_hist": 1})
+    g.prism_latency_keep(dev)
     jobs(4)
     lat = g.prism_latency(dev)
     tiers = g.prism_tiers(dev)
@@ -1458,8 +1451,10 @@ def check_latency_hist(ctx) -> dict:
     except OSError:
         refused = True
     kept = g.prism_latency(dev)["hists"] == lat["hists"]
-    g.prism_latency_reset(dev)
+    g.prism_latency_keep(dev, on=False)
     emptied = not g.prism_latency(dev)["hists"]
+    jobs(1)
+    stopped = not g.prism_latency(dev)["hists"]
     counted = all(b["waits"] == b["dispatched"] and b["device_times"] == b["completed"]
                   for b in books.values()) and books["low"]["completed"] > 0
     low_dev, high_dev = ms["low_read_device"], ms["high_write_device"]
@@ -1469,10 +1464,10 @@ def check_latency_hist(ctx) -> dict:
              and low_wait > high_wait)
     balanced = conservation(dev)["balanced"]
     return {"ok": (off_empty and counted and timed and refused and kept and emptied
-                   and balanced),
+                   and stopped and balanced),
             "off_empty": off_empty, "off_dispatched": off_dispatched,
             "books": books, "p50_ms": ms, "bad_write_refused": refused, "kept": kept,
-            "emptied": emptied, "balanced": balanced}
+            "emptied": emptied, "stopped": stopped, "balanced": balanced}
 
 
 def check_share_sweep(ctx) -> dict:
@@ -1653,10 +1648,11 @@ def check_discard(ctx) -> dict:
 
 
 def check_mapping_flips(ctx) -> dict:
-    """be_high_max and be_low_min flip every 10 ms while jobs at the BE
-    levels on either side of each cut-off write small random blocks into
-    small regions, so requests merge at insert and by bio, often with a
-    neighbour classified under the other mapping. A merge must never move
+    """be_tiers flips between 3 and 1 every 10 ms, moving every job between
+    tiers, while jobs at the BE levels on either side of the three tiers'
+    cut-offs write small random blocks into small regions, so requests
+    merge at insert and by bio, often with a neighbour classified under
+    the other mapping. A merge must never move
     a request onto another tier's FIFO: the books balance and dispatch
     never finds a tier's count and list disagreeing (a WARN)."""
     dev = ctx["nullb"]
@@ -1667,8 +1663,7 @@ def check_mapping_flips(ctx) -> dict:
         g.write_queue(dev, "nr_requests", SCHED_TAGS)
 
         def flip(tick):
-            return [g.write_tunable(dev, "be_high_max", 1 + tick % 2),
-                    g.write_tunable(dev, "be_low_min", 6 + tick % 2)]
+            return [g.write_tunable(dev, "be_tiers", 3 if tick % 2 else 1)]
         args = ["--direct=1", "--ioengine=libaio", "--runtime=8", "--time_based=1",
                 "--group_reporting=0", f"--filename=/dev/{dev}", "--rw=randwrite",
                 "--bs=4k", "--size=256k", "--norandommap=1", "--iodepth=32",
@@ -2277,7 +2272,8 @@ def stress_value(rng, name: str):
         # Log-uniform over the range, so small values come up as often
         # as the huge ones a wide range is mostly made of.
         span = hi - lo
-        return lo + min(span, int(math.exp(rng.uniform(0, math.log(span + 1))) - 1)), True
+        val = lo + min(span, int(math.exp(rng.uniform(0, math.log(span + 1))) - 1))
+        return val, val not in TUNABLE_GAPS.get(name, ())
     if r < 0.8:
         return rng.choice((lo - 1, hi + 1)), False
     return rng.choice(STRESS_BAD_VALUES), False
@@ -2299,8 +2295,8 @@ def stress_store(rng, devs: list[str]) -> dict:
             err = g.write_tunable(dev, name, val)
             what = f"{name}={val!r}"
             # Out-of-range and malformed values must be refused; valid
-            # ones may be too (the BE cut-offs may not cross), or find
-            # the elevator switched away for a moment (ENOENT).
+            # ones may find the elevator switched away for a moment
+            # (ENOENT).
             if not valid and err != EINVAL and err != 2:
                 what += f" ACCEPTED (errno {err})"
         elif r < 0.9:

@@ -91,7 +91,7 @@ TEST(classify_default_mapping)
 		CHECK_EQ(prism_classify(PRISM_CLASS_BE, level, &t), be[level]);
 }
 
-TEST(classify_cutoffs_are_tunable)
+TEST(classify_cutoffs_follow_be_tiers)
 {
 	struct prism_tunables t = defaults();
 
@@ -102,11 +102,17 @@ TEST(classify_cutoffs_are_tunable)
 	CHECK_EQ(prism_classify(PRISM_CLASS_BE, 6, &t), PRISM_NORMAL);
 	CHECK_EQ(prism_classify(PRISM_CLASS_BE, 7, &t), PRISM_LOW);
 
-	/* -1 and 8: every BE level is NORMAL. */
-	t.be_high_max = -1;
-	t.be_low_min = 8;
-	CHECK_EQ(prism_classify(PRISM_CLASS_BE, 0, &t), PRISM_NORMAL);
-	CHECK_EQ(prism_classify(PRISM_CLASS_BE, 7, &t), PRISM_NORMAL);
+	/* be_tiers=1 (-1 and 8): every BE level is NORMAL. */
+	prism_set_be_tiers(&t, 1);
+	for (int level = 0; level < 8; level++)
+		CHECK_EQ(prism_classify(PRISM_CLASS_BE, level, &t),
+			 PRISM_NORMAL);
+	CHECK(prism_tunables_valid(&t));
+	/* be_tiers=3 is the default mapping again. */
+	prism_set_be_tiers(&t, 3);
+	CHECK_EQ(t.be_high_max, defaults().be_high_max);
+	CHECK_EQ(t.be_low_min, defaults().be_low_min);
+	prism_set_be_tiers(&t, 1);
 	/* Classes outside BE ignore the cut-offs. */
 	CHECK_EQ(prism_classify(PRISM_CLASS_RT, 7, &t), PRISM_HIGH);
 	CHECK_EQ(prism_classify(PRISM_CLASS_IDLE, 0, &t), PRISM_LOW);
