@@ -345,14 +345,18 @@ struct prism_data {
 
 	/*
 	 * In-flight control (see prism_choose()): the depth controller under
-	 * the lock, fed from lat; the timer that re-runs the queue when an
-	 * anticipation window closes; why and how often dispatch held back.
+	 * the lock, fed from lat; the timer that re-runs the queue when a
+	 * hold ends; why and how often dispatch held back.
 	 */
 	struct request_queue *q;
 	struct prism_depth_ctl depth;
 	struct prism_lat_acc lat;
-	struct hrtimer window_timer;
-	struct hrtimer rate_timer;	/* runs the queue once a bucket refills */
+	/*
+	 * The one timer (prism_wake_timer()): runs the queue when the
+	 * earliest hold ends. Not a hard timer: on PREEMPT_RT it expires in
+	 * the softirq thread, where it only schedules a queue run (kblockd).
+	 */
+	struct hrtimer wake_timer;
 	u64 held_window;
 	u64 held_depth;
 	u64 held_paced;		/* depth holds that waited for a paced gap */
@@ -504,8 +508,7 @@ bool prism_recently_done(struct prism_data *pd,
 void prism_chain_sample_link(struct prism_data *pd,
 			     struct prism_tier_queue *tq, u64 done, u64 *now);
 bool prism_tiers_contend(struct prism_data *pd);
-enum hrtimer_restart prism_window_timer(struct hrtimer *timer);
-enum hrtimer_restart prism_rate_timer(struct hrtimer *timer);
+enum hrtimer_restart prism_wake_timer(struct hrtimer *timer);
 void prism_mark_restart(struct blk_mq_hw_ctx *hctx);
 void prism_flow_hold(struct prism_data *pd, struct blk_mq_hw_ctx *hctx,
 		     struct prism_flow *fl, u64 now);
@@ -896,7 +899,7 @@ static inline u64 prism_flow_served(struct prism_data *pd,
  */
 static inline void prism_wake_at(struct prism_data *pd, u64 end, u64 slack)
 {
-	struct hrtimer *timer = &pd->window_timer;
+	struct hrtimer *timer = &pd->wake_timer;
 	ktime_t at = ns_to_ktime(end);
 
 	if (hrtimer_is_queued(timer) &&
@@ -926,7 +929,7 @@ static inline void prism_park(struct prism_data *pd, u32 foreign, u64 now)
 		return;
 	WRITE_ONCE(pd->parked_out, pd->view_out);
 	/*
-	 * Ordered before prism_wake_at() reads the window timer's state, as a
+	 * Ordered before prism_wake_at() reads the timer's state, as a
 	 * timer callback's smp_mb() orders its state cleared before it reads
 	 * nr_parked: either the callback sees the park, or the park sees the
 	 * timer gone and arms it again.

@@ -188,8 +188,9 @@ static int prism_cost_show(void *data, struct seq_file *m)
 
 /*
  * The in-flight control: per tier what is in the device, the think time
- * and the sync-write chain's gaps; the depth controller (times in microseconds); how often dispatch
- * held lower tiers back, and how often the window timer ran the queue.
+ * and the sync-write chain's gaps; the depth controller (times in
+ * microseconds); how often dispatch held lower tiers back, and how often
+ * the timer ran the queue (window_runs).
  */
 static int prism_flight_show(void *data, struct seq_file *m)
 {

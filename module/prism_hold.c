@@ -9,7 +9,7 @@
  * is anticipated or its sync-write chain is under way, the flushes of
  * others in the device, the rate caps, pacing, the tiers that could not
  * get a tag. When prism_choose() holds, the queue is parked and run again
- * by a completion (the restart mark), the window timer or the rate timer.
+ * by a completion (the restart mark) or prism's one timer.
  * prism_park() and prism_wake_at() are inline in prism.h, since the
  * choice in prism_flow.c parks too, as are the tests the insert and
  * dispatch paths make on every request (prism_higher_quiet(),
@@ -304,28 +304,19 @@ static u64 prism_window_end(struct prism_data *pd,
  */
 
 /*
- * A hold ends with time (a window, a flow's wait, a paced gap) or was
- * parked without a timer of its own: run the queue.
+ * prism's one timer: a hold ends with time (a window, a flow's wait, a
+ * paced gap, a rate cap's refill) or the queue was parked without one
+ * (prism_park()'s backstop): run the queue. Armed by prism_wake_at() for
+ * the earliest of them, never pushed later.
  */
-enum hrtimer_restart prism_window_timer(struct hrtimer *timer)
+enum hrtimer_restart prism_wake_timer(struct hrtimer *timer)
 {
 	struct prism_data *pd = container_of(timer, struct prism_data,
-					     window_timer);
+					     wake_timer);
 
 	atomic64_inc(&pd->window_runs);
 	/* Work again: the queue run below must find it (see prism_park()). */
 	smp_mb();
-	prism_unpark(pd);
-	blk_mq_run_hw_queues(pd->q, true);
-	return HRTIMER_NORESTART;
-}
-
-enum hrtimer_restart prism_rate_timer(struct hrtimer *timer)
-{
-	struct prism_data *pd = container_of(timer, struct prism_data,
-					     rate_timer);
-
-	smp_mb();	/* see prism_park() */
 	prism_unpark(pd);
 	blk_mq_run_hw_queues(pd->q, true);
 	return HRTIMER_NORESTART;
@@ -383,8 +374,7 @@ static void prism_rate_hold(struct prism_data *pd,
 	}
 	if (wait == U64_MAX)
 		return;
-	hrtimer_start_range_ns(&pd->rate_timer, ns_to_ktime(wait),
-			       NSEC_PER_USEC * 100, HRTIMER_MODE_REL);
+	prism_wake_at(pd, now + wait, NSEC_PER_USEC * 100);
 }
 
 /*
@@ -582,8 +572,8 @@ static void prism_view_paced(struct prism_data *pd, struct prism_flight *f,
  * only at the next completion. The held tier is @first, the highest with
  * requests queued (prism_choose() holds no tier above it, and serves
  * none below it in its own right); its gap ends last of the tiers from
- * it down. The window timer runs the queue then, unless it is set to run
- * it sooner (a window, a flow's wait), which sets this one again.
+ * it down. The timer runs the queue then, unless it is set to run it
+ * sooner (a window, a flow's wait, a refill), which sets this one again.
  */
 static void prism_paced_hold(struct prism_data *pd,
 			     const struct prism_flight *f, int first, u64 now)

@@ -1028,8 +1028,7 @@ static int prism_init_sched(struct request_queue *q, prism_init_sched_t arg)
 	atomic64_set(&pd->lat.solo, 0);
 	atomic64_set(&pd->lat.bulk, 0);
 	atomic64_set(&pd->window_runs, 0);
-	prism_hrtimer_setup(&pd->window_timer, prism_window_timer);
-	prism_hrtimer_setup(&pd->rate_timer, prism_rate_timer);
+	prism_hrtimer_setup(&pd->wake_timer, prism_wake_timer);
 
 	/* One queue for the whole device, as mq-deadline: priority is global. */
 	blk_queue_flag_set(QUEUE_FLAG_SQ_SCHED, q);
@@ -1064,8 +1063,7 @@ static void prism_exit_sched(struct elevator_queue *e)
 	/* First, while prism's data is whole; the queue is frozen. */
 	prism_cgroup_deactivate(pd->q);
 	/* The queue is frozen and quiesced: no dispatch re-arms it now. */
-	hrtimer_cancel(&pd->window_timer);
-	hrtimer_cancel(&pd->rate_timer);
+	hrtimer_cancel(&pd->wake_timer);
 	prism_wbt_default(pd->q, e);
 	spin_lock(&pd->lock);
 	WARN_ON_ONCE(!list_empty(&pd->dispatch) || !list_empty(&pd->direct) ||
