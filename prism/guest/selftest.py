@@ -1424,12 +1424,15 @@ def check_latency_hist(ctx) -> dict:
                     "--prio=7", *common, "--name=high", "--rw=randwrite", "--iodepth=1",
                     "--prioclass=1", "--prio=4", *common], timeout=120)
     jobs(1)
-    off_dispatched = sum(t["dispatched"] for t in g.prism_tiers(dev).values())
+    off = g.prism_tiers(dev)
+    off_dispatched = sum(t["dispatched"] for t in off.values())
     off_empty = not g.prism_latency(dev)["hists"] and off_dispatched > 0
     g.prism_latency_keep(dev)
     jobs(4)
     lat = g.prism_latency(dev)
-    tiers = g.prism_tiers(dev)
+    # What the tiers counted since the histograms were turned on.
+    tiers = {t: {k: v - off[t][k] for k, v in c.items() if k in ("dispatched", "completed")}
+             for t, c in g.prism_tiers(dev).items()}
 
     def count(kind: str, tier: str) -> int:
         return sum(sum(h.values()) for k, h in lat["hists"].items()
