@@ -69,14 +69,18 @@ def pytest_generate_tests(metafunc):
 
 
 @pytest.fixture(scope="session")
-def dkms_package(tmp_path_factory):
+def dkms_package(tmp_path_factory, request):
     """prism-iosched-dkms built, apt-installed and DKMS-built for the
-    host's pinned kernels (kernels.host_kernels()), once a session (dkmstool.install_package()):
+    host's pinned kernels (kernels.host_kernels()), and in the build root
+    of each root kernel the session boots (7.3: dkmstool.install_in_root()),
+    once a session (dkmstool.install_package()):
     tests/test_deb.py checks each step, and each main boot autoloads the
     module it installed (test_vm.py), so no boot builds its own (about
     50 s a kernel). Purged when the session ends; anything it leaves
     behind fails the session there."""
-    pkg = dkmstool.install_package(tmp_path_factory.mktemp("deb"))
+    booted = [] if request.config.getoption("--no-vm") else request.config.prism_kernels
+    roots = [kernels.get(s) for s in booted if kernels.get(s).root]
+    pkg = dkmstool.install_package(tmp_path_factory.mktemp("deb"), roots)
     yield pkg
     left = dkmstool.purge_package(pkg)
     assert not left, f"apt-get purge prism-iosched-dkms left: {left}"

@@ -11,7 +11,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from prism.host import kernels
+from prism.host import build, kernels
 
 REPO = Path(__file__).resolve().parent.parent
 MODULE = REPO / "module"
@@ -81,6 +81,7 @@ class Package:
     install: subprocess.CompletedProcess | None = None   # apt-get install ./deb
     dkms: dict[str, subprocess.CompletedProcess] = dataclasses.field(default_factory=dict)
     why_not: str | None = None
+    roots: list[kernels.Kernel] = dataclasses.field(default_factory=list)  # install_in_root()
 
     def built_for(self, k: kernels.Kernel) -> bool:
         r = self.dkms.get(k.abi)
@@ -91,12 +92,13 @@ APT_ENV = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
 BUILD_TOOLS = ("dpkg-buildpackage", "dh_dkms", "lintian")
 
 
-def install_package(out: Path) -> Package:
+def install_package(out: Path, root_kernels: list[kernels.Kernel] = ()) -> Package:
     """Build the .deb into @out, apt-install it (DKMS builds what it can
     at once), then have DKMS build and install it for every pinned kernel
-    the host's apt installs (kernels.host_kernels(); a build root's kernel
-    is not the host's) from the cached linux-source .debs. Stops at the first failure, which
-    the Package records; never raises for one."""
+    the host's apt installs (kernels.host_kernels()) from the cached
+    linux-source .debs, and in the build root of each of @root_kernels
+    (install_in_root()). Stops at the first failure, which the Package
+    records; never raises for one."""
     pkg = Package()
     missing = [t for t in BUILD_TOOLS + ("apt-get", "dkms") if not shutil.which(t)]
     if missing:
@@ -125,7 +127,61 @@ def install_package(out: Path) -> Package:
         kernels.fetch(k)
         pkg.dkms[k.abi] = subprocess.run(["dkms", "install", f"prism-iosched/{VERSION}",
                                           "-k", k.abi], capture_output=True, text=True, env=env)
+    for k in root_kernels:
+        pkg.dkms[k.abi] = install_in_root(k, pkg.deb)
+        pkg.roots.append(k)
     return pkg
+
+
+# Where a build root sees the .deb's directory.
+ROOT_DEB_DIR = "/prism/deb"
+
+
+def install_in_root(k: kernels.Kernel, deb: Path) -> subprocess.CompletedProcess:
+    """The package as a machine of @k's release gets it: dpkg -i in @k's
+    build root (its dependencies, dkms among them, are the root's;
+    kernels.ROOT_TOOLS), DKMS building it there for @k from the root's
+    own linux-source, as on that machine (the host's userspace cannot run
+    @k's kbuild). What DKMS installed is copied into the module tree
+    beside @k's image, where the guest finds it, and depmod run there, so
+    that writing "prism" in the guest loads it."""
+    kernels.fetch(k)
+    script = (f"dpkg --purge prism-iosched-dkms >/dev/null 2>&1 || true; "
+              f"dpkg -i {ROOT_DEB_DIR}/{deb.name} && "
+              f"dkms install prism-iosched/{VERSION} -k {k.abi}")
+    r = subprocess.run(build.root_command(k, ["sh", "-c", script], {deb.parent: ROOT_DEB_DIR}),
+                       capture_output=True, text=True)
+    if r.returncode:
+        return r
+    kos = list((kernels.build_root(k) / "lib" / "modules" / k.abi / "updates" / "dkms")
+               .glob("prism-iosched.ko*"))
+    if not kos:
+        return subprocess.CompletedProcess(r.args, 1, r.stdout,
+                                           r.stderr + "\nDKMS installed no prism-iosched.ko")
+    dest = k.modules_dir / "updates" / "dkms"
+    dest.mkdir(parents=True, exist_ok=True)
+    for ko in kos:
+        shutil.copy2(ko, dest / ko.name)
+    dep = subprocess.run(["depmod", "-b", str(kernels.image_dir(k)), k.abi],
+                         capture_output=True, text=True)
+    return subprocess.CompletedProcess(r.args, dep.returncode, r.stdout + dep.stdout,
+                                       r.stderr + dep.stderr)
+
+
+def purge_from_root(k: kernels.Kernel) -> list[str]:
+    """Undo install_in_root(): purge the package in the root (DKMS
+    removes its module there), drop the copy beside the image; what is
+    left, if anything."""
+    r = subprocess.run(build.root_command(k, ["dpkg", "--purge", "prism-iosched-dkms"], {}),
+                       capture_output=True, text=True)
+    left = [] if r.returncode == 0 else [f"dpkg --purge in the {k.root} root failed: "
+                                         f"{r.stderr[-1000:]}"]
+    for ko in installed_kos(k):
+        ko.unlink()
+    subprocess.run(["depmod", "-b", str(kernels.image_dir(k)), k.abi], capture_output=True)
+    root_kos = (kernels.build_root(k) / "lib" / "modules" / k.abi / "updates" / "dkms")
+    left += [str(ko) for ko in root_kos.glob("prism-iosched.ko*")]
+    return left
 
 
 def purge_package(pkg: Package) -> list[str]:
@@ -137,6 +193,8 @@ def purge_package(pkg: Package) -> list[str]:
                        capture_output=True, text=True, env=APT_ENV)
     left = [] if r.returncode == 0 else [f"apt-get purge failed: {r.stderr[-1000:]}"]
     left += [str(ko) for k in kernels.host_kernels() for ko in installed_kos(k)]
+    for k in pkg.roots:
+        left += purge_from_root(k)
     if Path(f"/usr/src/prism-iosched-{VERSION}").exists():
         left.append(f"/usr/src/prism-iosched-{VERSION}")
     return left

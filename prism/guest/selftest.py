@@ -2604,16 +2604,19 @@ CHECKS = [
 
 
 # Checks that measure the policy or the emulated drives, not the kernel's
-# side of the elevator API: the same code decides on both kernels, so the
-# test suite runs them on the newest kernel only (--skip), to keep CI short.
-# Everything that exercises the request lifecycle (verify, switching,
-# requeue, discard, flush routing, tag depths, removal) runs on every kernel.
-# rate_cap too is the policy's arithmetic: its timer runs the queue as the
-# anticipation window's does, which anticipation_hdd exercises on every kernel.
+# side of the elevator API: the same code decides on every kernel, so the
+# test suite runs them on the newest kernel only (--skip), to keep CI short
+# with three kernels. Everything that exercises the request lifecycle
+# (verify, switching, requeue, discard, flush routing, tag depths, merges,
+# removal, parking and the restart marks, cgroups) runs on every kernel.
+# The holds (anticipation_hdd, rate_cap, direct_lane) are the policy's
+# arithmetic on prism's one timer, which hold_parks and freeze_capped
+# exercise on every kernel.
 SAME_ON_EVERY_KERNEL = ["drive_hdd", "cost_learn_hdd", "sync_chain_hdd", "priority_latency_nvme",
                         "priority_latency", "share", "flows_greedy",
                         "flow_shares", "flow_idle_hdd", "flow_idle_queueing",
-                        "flow_idle_flash", "aging", "share_sweep", "rate_cap", "tags_short"]
+                        "flow_idle_flash", "aging", "share_sweep", "rate_cap", "tags_short",
+                        "anticipation_hdd", "direct_lane"]
 
 
 def setup() -> dict:

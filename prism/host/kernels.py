@@ -99,8 +99,7 @@ class Kernel:
 KERNELS = {
     "6.1": Kernel("6.1", "6.1.0-57-amd64", "6.1.192-3"),
     "6.12": Kernel("6.12", "6.12.117+deb12-amd64", "6.12.117-1~deb12u1"),
-    "7.3": Kernel("7.3", "7.3.4+deb13-amd64", "7.3.4-1~bpo13+1", root="trixie",
-                  vm_tested=False),
+    "7.3": Kernel("7.3", "7.3.4+deb13-amd64", "7.3.4-1~bpo13+1", root="trixie"),
 }
 
 
@@ -318,11 +317,12 @@ def install_packages(k: Kernel) -> None:
                          + (r.stderr or r.stdout).strip()[-800:])
 
 
-# A build root per Debian release: minbase, the compiler and make, and the
-# headers and linux-source of every pin of that release (installed, so a
-# DKMS run in the root finds /usr/src/linux-source-X.Y.tar.xz as on a
-# machine of that release).
-ROOT_TOOLS = ("gcc-14", "make", "xz-utils", "kmod")
+# A build root per Debian release: minbase, the compiler and make, dkms,
+# and the headers and linux-source of every pin of that release
+# (installed, so that the package's DKMS build in the root finds
+# /usr/src/linux-source-X.Y.tar.xz as on a machine of that release:
+# tests/dkmstool.py's install_in_root()).
+ROOT_TOOLS = ("gcc-14", "make", "xz-utils", "kmod", "dkms")
 _ROOT_STAMP = ".prism-root"
 
 
