@@ -48,7 +48,13 @@ SUMMARY_METRICS = ("iops", "bw_kib", "lat_mean_us", "clat_mean_us", "p50_us",
                    "sys_cpu", "min_iops_1s", "isolation_ratio", "share",
                    "share_dev", "share_mean_dev", "fsync_mean_us", "fsync_p50_us",
                    "fsync_p99_us", "fsync_p99_9_us", "late_s", "window_s",
-                   "read_p50_us", "read_p99_us", "write_p50_us", "write_p99_us")
+                   "read_p50_us", "read_p99_us", "write_p50_us", "write_p99_us",
+                   "runtime_ms")
+
+
+def metric_label(metric: str) -> str:
+    """How a workload's figure (Workload.metric) reads in a table or axis."""
+    return {"fsync_p99_us": "fsync P99", "runtime_ms": "time"}.get(metric, "P99")
 
 
 def collect(raw: Path, kernel: str) -> list[dict]:
@@ -348,7 +354,7 @@ def tradeoff_figure(plt, points: list[dict], w, title: str, colors: dict):
         ax.errorbar([p["x"]], [p["y"]], xerr=[[p["x"] - p["x_low"]], [p["x_high"] - p["x"]]],
                     yerr=[[p["y"] - p["y_low"]], [p["y_high"] - p["y"]]], fmt="o",
                     capsize=3, color=colors.get(p["scheduler"]), zorder=3)
-    what = "fsync P99" if w.metric == "fsync_p99_us" else "P99"
+    what = metric_label(w.metric)
     ax.set_xlabel(f"{w.high_job} {what} under load / alone  (1 = perfect isolation; "
                   "left is better)")
     ax.set_ylabel(f"{w.low_job} throughput / under none  (higher is better)")
@@ -717,7 +723,7 @@ def overview_table(summaries: list[dict], kernel: str) -> list[str]:
             continue
         jobs = list(dict.fromkeys(s["job"] for s in rows_in if s["workload"] == workload))
         if w.high_job and w.baseline:
-            what = "fsync P99" if w.metric == "fsync_p99_us" else "P99"
+            what = metric_label(w.metric)
             row(f"{w.high_job} isolation ({what} / alone)", workload, w.high_job,
                 "isolation_ratio", 1, 2)
         if w.high_job and w.family:

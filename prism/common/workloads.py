@@ -131,6 +131,19 @@ WORKLOADS = {w.name: w for w in [
              app="pgbench", companion="fio"),
     Workload("pgbench_alone", "000", "pgbench alone: the baseline for pgbench_backup, "
              "pgbench_fio and pgbench_idle_*", app="pgbench"),
+    Workload("startup_readers", "003",
+             "an application starting (startup: 256 dependent 4 KiB reads from a cold "
+             "cache, bfq's comm_startup_lat) beside three buffered sequential readers at "
+             "the default priority (reader1-3); its figure is the start-up time",
+             high_job="startup", low_job="reader1", baseline="startup_alone",
+             metric="runtime_ms"),
+    Workload("startup_idle_readers", "003",
+             "startup_readers with the three readers in the IDLE class",
+             high_job="startup", low_job="reader1", baseline="startup_alone",
+             metric="runtime_ms"),
+    Workload("startup_alone", "003",
+             "startup alone: the baseline for startup_readers and startup_idle_readers",
+             metric="runtime_ms"),
     Workload("seqread_buffered", "003",
              "sequential buffered 1 MiB reads through the page cache (hdparm -t)"),
 ]}
