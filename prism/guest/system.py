@@ -26,6 +26,15 @@ MODEL_SERIALS = {"hdd": "prism-hdd", "hdd-ncq": "prism-hdd-ncq",
                  "cloud-small": "prism-cloud-small"}
 DEBUGFS = Path("/sys/kernel/debug")
 CONFIGFS = Path("/sys/kernel/config")
+# prism's twin: the module of an older revision (v2; prism/host/twin.py
+# builds it) under names of its own, loaded beside prism so that one boot
+# measures both. Its elevator name (what queue/scheduler lists and takes);
+# its module (the .ko's file name, and MODULE_ALIAS as the kernel's
+# request_module() asks for an elevator: NAME-iosched); and the name the
+# loaded module goes by (kbuild turns dashes into underscores).
+TWIN_SCHEDULER = "prism-v2"
+TWIN_MODULE = f"{TWIN_SCHEDULER}-iosched"
+TWIN_LOADED = TWIN_MODULE.replace("-", "_")
 
 
 def sh(cmd: str, check: bool = True, timeout: float | None = None) -> subprocess.CompletedProcess:
