@@ -1,6 +1,7 @@
 """prism's twin (prism/host/twin.py): v2's module under names of its own,
 extracted from git, renamed and built on the host; no VM needed."""
 
+import json
 import re
 import subprocess
 from pathlib import Path
@@ -137,3 +138,76 @@ def test_the_twin_is_built_outside_the_repo(cache):
     k = kernels.get("6.12")
     assert twin.build_dir(k) == cache / "twin" / twin.TWIN_REV / k.abi
     assert not twin.module_path(k).is_relative_to(twin.build.REPO)
+
+
+# The guest side: loading the twin when a plan or a selection names it.
+
+@pytest.fixture
+def insmods(monkeypatch):
+    """The guest's insmod and module list, faked: what was loaded, in order."""
+    loaded: list[str] = []
+    monkeypatch.setattr(g, "module_loaded", lambda name="prism_iosched": any(
+        Path(ko).name.removesuffix(".ko").replace("-", "_") == name for ko in loaded))
+    monkeypatch.setattr(g, "sh", lambda cmd, check=True, timeout=None: loaded.append(
+        cmd.removeprefix("insmod ")))
+    monkeypatch.setenv("PRISM_KO", "/cache/build/6.12/prism-iosched.ko")
+    monkeypatch.setenv("PRISM_TWIN_KO", "/cache/twin/01b59b5/6.12/prism-v2-iosched.ko")
+    return loaded
+
+
+def test_the_guest_loads_the_twin_from_its_own_variable(insmods, monkeypatch):
+    g.load_twin()
+    assert insmods == ["/cache/twin/01b59b5/6.12/prism-v2-iosched.ko"]
+    g.load_twin()
+    assert len(insmods) == 1, "loaded once"
+    insmods.clear()
+    monkeypatch.setenv("PRISM_TWIN_KO", "/cache/build/6.12/prism-iosched.ko")
+    with pytest.raises(RuntimeError, match="not prism-v2-iosched.ko"):
+        g.load_twin()
+    monkeypatch.delenv("PRISM_TWIN_KO")
+    with pytest.raises(RuntimeError, match="PRISM_TWIN_KO is not set"):
+        g.load_twin()
+    assert insmods == []
+
+
+def test_selecting_the_twin_loads_it_like_any_module_scheduler(insmods, monkeypatch):
+    offered = ["mq-deadline", "none"]
+    monkeypatch.setattr(g, "schedulers", lambda dev: (
+        offered + (["prism-v2"] if insmods else []), "none"))
+    assert "prism-v2" in g.offered_schedulers("vda", "prism-v2")
+    assert insmods == ["/cache/twin/01b59b5/6.12/prism-v2-iosched.ko"]
+    # Other schedulers do not load it.
+    insmods.clear()
+    g.offered_schedulers("vda", "mq-deadline")
+    assert insmods == []
+
+
+def test_a_plan_naming_the_twin_loads_it_before_the_first_run(insmods, monkeypatch,
+                                                               tmp_path):
+    from prism.guest import benchrun
+
+    plan = {"ko": "/cache/build/6.12/prism-iosched.ko",
+            "twin_ko": "/cache/twin/01b59b5/6.12/prism-v2-iosched.ko",
+            "schedulers": ["prism", "prism-v2:low_share=5"], "workloads": [], "reps": 1,
+            "runtime": 1, "ramp": 0, "profile": "nullb-ssd"}
+    (tmp_path / "plan.json").write_text(json.dumps(plan))
+    monkeypatch.setattr(benchrun.shutil, "which", lambda _: "/usr/bin/fio")
+    monkeypatch.setattr(g, "mount_debugfs", lambda: None)
+    benchrun.main(["--plan", str(tmp_path / "plan.json"), "--out", str(tmp_path / "out")])
+    assert insmods == [plan["ko"], plan["twin_ko"]]
+    insmods.clear()
+    plan["schedulers"] = ["prism", "none"]
+    (tmp_path / "plan.json").write_text(json.dumps(plan))
+    benchrun.main(["--plan", str(tmp_path / "plan.json"), "--out", str(tmp_path / "out")])
+    assert insmods == [plan["ko"]]
+
+
+def test_the_host_tells_the_guest_where_the_twin_is(tmp_path):
+    from prism.host import vm
+
+    ko = tmp_path / "build" / "prism-iosched.ko"
+    twin_ko = tmp_path / "twin" / "prism-v2-iosched.ko"
+    script = vm._guest_script("true", tmp_path, ko, twin_ko=twin_ko)
+    assert f"export PRISM_KO={ko}" in script
+    assert f"export PRISM_TWIN_KO={twin_ko}" in script
+    assert "PRISM_TWIN_KO" not in vm._guest_script("true", tmp_path, ko)

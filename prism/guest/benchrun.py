@@ -390,6 +390,10 @@ def main(argv=None) -> int:
         raise SystemExit("bench: fio not found (apt-get install fio)")
     if plan.get("ko") and not g.module_loaded():
         g.load_prism(plan["ko"])
+    if any(parse_scheduler(s)[0] == g.TWIN_SCHEDULER for s in plan["schedulers"]):
+        # Before the first run, so that a twin that will not load stops
+        # the plan before anything is measured.
+        g.load_twin(plan.get("twin_ko"))
     g.mount_debugfs()
     device = Device(plan["profile"], plan.get("device"))
     runs = schedule(plan)
