@@ -211,3 +211,95 @@ def test_the_host_tells_the_guest_where_the_twin_is(tmp_path):
     assert f"export PRISM_KO={ko}" in script
     assert f"export PRISM_TWIN_KO={twin_ko}" in script
     assert "PRISM_TWIN_KO" not in vm._guest_script("true", tmp_path, ko)
+
+
+# The plan and the report: the twin named like any scheduler.
+
+def test_the_twin_is_a_scheduler_of_the_bench_with_v2s_tunables():
+    from prism.bench import plan as bench
+
+    assert bench.parse_schedulers("none,prism,prism-v2:low_share=5,anticipate_us=0") == [
+        "none", "prism", "prism-v2:low_share=5,anticipate_us=0"]
+    assert "prism-v2" not in bench.ALL_SCHEDULERS.split(","), "never in the default"
+    # v2's tunables, not v3's, and the other way round.
+    with pytest.raises(UsageError, match="prism-v2 has no tunable 'slice_idle_us'"):
+        bench.parse_schedulers("prism-v2:slice_idle_us=0")
+    with pytest.raises(UsageError, match="prism has no tunable 'anticipate_us'"):
+        bench.parse_schedulers("prism:anticipate_us=0")
+    assert bench.names_twin(["none", "prism-v2:low_share=5"])
+    assert not bench.names_twin(["none", "prism", "prism:low_share=5"])
+
+
+def _bench_args(tmp_path, **kw):
+    from prism import cli
+
+    argv = ["bench", "run", "--workload", "share8", "--schedulers", "prism,prism-v2",
+            "--out", str(tmp_path / "out")]
+    for key, val in kw.items():
+        argv += [f"--{key}", val]
+    return cli.parser().parse_args(argv)
+
+
+def test_a_plan_with_the_twin_is_refused_where_it_cannot_run(tmp_path, monkeypatch):
+    from prism.bench import plan as bench
+
+    bench.validate(_bench_args(tmp_path, kernel="6.1,6.12"))
+    with pytest.raises(UsageError, match="not 7.3"):
+        bench.validate(_bench_args(tmp_path, kernel="6.12,7.3"))
+    # A real device: the twin must be loaded there, or named.
+    args = _bench_args(tmp_path, device="/dev/sdx")
+    monkeypatch.setattr(bench, "check_real_device", lambda *a: None)
+    monkeypatch.delenv("PRISM_TWIN_KO", raising=False)
+    with pytest.raises(UsageError, match="PRISM_TWIN_KO"):
+        bench.validate(args)
+    monkeypatch.setenv("PRISM_TWIN_KO", "/somewhere/prism-v2-iosched.ko")
+    bench.validate(args)
+
+
+def test_a_boot_with_the_twin_builds_it_and_hands_it_over(tmp_path, monkeypatch):
+    """run_in_vm builds the twin beside prism for the boot's kernel and
+    hands both to the guest (plan.json and PRISM_TWIN_KO); the plan says
+    which commit the twin's name stood for."""
+    from prism.bench import plan as bench
+    from prism.host import build, vm
+
+    args = _bench_args(tmp_path)
+    plan = bench.make_plan(args)
+    assert plan["twin"] == {"scheduler": "prism-v2", "module": "prism-v2-iosched",
+                            "rev": twin.TWIN_REV, "commit": twin.commit()}
+    built, booted = [], {}
+    monkeypatch.setattr(build, "build", lambda k: tmp_path / "prism-iosched.ko")
+    monkeypatch.setattr(twin, "build_twin", lambda k: built.append(k.series) or (
+        tmp_path / "prism-v2-iosched.ko"))
+    monkeypatch.setattr(vm, "new_rundir", lambda: tmp_path / "run")
+    (tmp_path / "run").mkdir()
+
+    def run(k, command, **kw):
+        booted.update(kw)
+        return vm.VmResult(0, "", "", tmp_path / "run", 1.0)
+    monkeypatch.setattr(vm, "run", run)
+    monkeypatch.setattr(bench.report, "collect", lambda d, kernel: [])
+    bench.run_in_vm(kernels.get("6.12"), plan, args)
+    assert built == ["6.12"] and booted["twin_ko"] == tmp_path / "prism-v2-iosched.ko"
+    sent = json.loads((tmp_path / "run" / "plan.json").read_text())
+    assert sent["twin_ko"] == str(tmp_path / "prism-v2-iosched.ko")
+    # Without the twin, nothing of it.
+    built.clear()
+    plan = bench.make_plan(_bench_args(tmp_path, schedulers="none,prism"))
+    assert "twin" not in plan
+    bench.run_in_vm(kernels.get("6.12"), plan, args)
+    assert built == [] and booted["twin_ko"] is None
+    assert "twin_ko" not in json.loads((tmp_path / "run" / "plan.json").read_text())
+
+
+def test_prism_build_twin_checks_every_kernel_first(monkeypatch, capsys):
+    from prism import cli
+    from prism.host import build
+
+    built = []
+    monkeypatch.setattr(build, "build", lambda k, fetch=True: built.append(k.series))
+    monkeypatch.setattr(twin, "build_twin", lambda k, fetch=True: built.append("twin " + k.series))
+    assert cli.main(["build", "--twin", "--kernel", "6.12,7.3"]) == 2
+    assert built == [] and "not 7.3" in capsys.readouterr().err
+    assert cli.main(["build", "--twin", "--kernel", "6.1,6.12", "--no-fetch"]) == 0
+    assert built == ["6.1", "twin 6.1", "6.12", "twin 6.12"]
