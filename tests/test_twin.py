@@ -3,6 +3,7 @@ extracted from git, renamed and built on the host; no VM needed."""
 
 import json
 import re
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -290,6 +291,40 @@ def test_a_boot_with_the_twin_builds_it_and_hands_it_over(tmp_path, monkeypatch)
     bench.run_in_vm(kernels.get("6.12"), plan, args)
     assert built == [] and booted["twin_ko"] is None
     assert "twin_ko" not in json.loads((tmp_path / "run" / "plan.json").read_text())
+
+
+def test_the_report_names_the_twin_and_pairs_prism_with_it(tmp_path):
+    from prism.bench import report
+
+    data = Path(__file__).resolve().parent / "data" / "fio-run"
+    raw = tmp_path / "raw"
+    metas = []
+    for s in ["prism", "prism-v2", "none"]:
+        for rep in range(2):
+            for w in ("database_alone", "database_backup"):
+                d = raw / f"{len(metas):03d}-{w}-{s}-r{rep}"
+                shutil.copytree(data, d)
+                meta = json.loads((d / "meta.json").read_text())
+                meta.update(workload=w, scheduler=s, rep=rep, dir=d.name)
+                metas.append(meta)
+    (raw / "manifest.json").write_text(json.dumps({"plan": {}, "runs": metas}))
+    plan = {"profile": "nullb-ssd", "reps": 2, "runtime": 3, "ramp": 1,
+            "workloads": ["database_alone", "database_backup"],
+            "schedulers": ["prism", "prism-v2", "none"],
+            "twin": {"scheduler": "prism-v2", "module": "prism-v2-iosched",
+                     "rev": "01b59b5", "commit": "01b59b511d7082208463e37e33dda5669e8f3ea5"}}
+    out = tmp_path / "out"
+    out.mkdir()
+    report.write_all(out, "prism bench run test", plan, report.collect(raw, "6.12"))
+    md = (out / "report.md").read_text()
+    assert "prism-v2 is prism at `01b59b511d70` (01b59b5)" in md
+    assert "| vs prism-v2 | vs none |" in md
+    assert "| prism-v2 | database_sim |" in md
+    doc = json.loads((out / "results.json").read_text())
+    assert {p["other"] for p in doc["paired"]} == {"prism-v2", "none"}
+    assert (out / "6.12-database_backup-bars.png").read_bytes()[:4] == b"\x89PNG"
+    # No twin, no line about it.
+    assert report.twin_line({}) == ""
 
 
 def test_prism_build_twin_checks_every_kernel_first(monkeypatch, capsys):
