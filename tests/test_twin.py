@@ -338,3 +338,20 @@ def test_prism_build_twin_checks_every_kernel_first(monkeypatch, capsys):
     assert built == [] and "not 7.3" in capsys.readouterr().err
     assert cli.main(["build", "--twin", "--kernel", "6.1,6.12", "--no-fetch"]) == 0
     assert built == ["6.1", "twin 6.1", "6.12", "twin 6.12"]
+
+
+def test_the_twin_keeps_histograms_where_prism_does(monkeypatch, tmp_path):
+    """Paired with prism, the twin does the same bookkeeping: its latency
+    histograms are on wherever prism's are (not read: v2's debugfs is
+    not parsed)."""
+    from prism.guest import benchrun
+
+    writes = []
+    monkeypatch.setattr(g, "offered_schedulers", lambda dev, name: [name])
+    monkeypatch.setattr(g, "set_scheduler", lambda dev, name: None)
+    monkeypatch.setattr(g, "tunable_path", lambda dev, name: tmp_path)
+    monkeypatch.setattr(g, "write_tunable", lambda dev, k, v: writes.append((k, v)) or 0)
+    for spec in ("prism", "prism-v2", "prism-v2:latency_hist=0", "bfq"):
+        benchrun.apply_scheduler("vda", spec, latency_hist=True)
+    benchrun.apply_scheduler("vda", "prism-v2", latency_hist=False)
+    assert writes == [("latency_hist", 1), ("latency_hist", 1), ("latency_hist", "0")]

@@ -535,7 +535,8 @@ def twin_line(plan: dict) -> str:
     return (f"{tw['scheduler']} is prism at `{tw['commit'][:12]}` ({tw['rev']}), built as "
             f"{tw['module']}.ko and loaded beside prism in the same boots: the paired "
             f"ratios compare the two repetition by repetition (vs {tw['scheduler']}). "
-            "It runs as a plain scheduler: none of prism's debugfs figures are read for it.")
+            "None of prism's debugfs figures are read for it (its latency histograms are on "
+            "where prism's are, for the same bookkeeping, but not read).")
 
 
 def report_md(out: Path, command: str, plan: dict, runs: list[dict],

@@ -117,9 +117,10 @@ def apply_scheduler(dev: str, spec: str, profile: str = "",
                     latency_hist: bool = False) -> None:
     """Select @spec's scheduler on @dev with its tunables; with
     @latency_hist, prism's latency histograms on too, unless @spec sets
-    latency_hist itself."""
+    latency_hist itself. Its twin's too, though they are not read: the two
+    are compared run by run, and each then does the same bookkeeping."""
     name, tunables = parse_scheduler(spec)
-    if name == "prism" and latency_hist:
+    if name in ("prism", g.TWIN_SCHEDULER) and latency_hist:
         tunables = {"latency_hist": 1} | tunables
     available = g.offered_schedulers(dev, name)
     if name not in available:
