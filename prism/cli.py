@@ -2,7 +2,8 @@
 
   prism fetch --kernel 6.12         install image+headers, extract block/ from source
                                     (7.3: a trixie build root, the image extracted)
-  prism build --kernel 6.12         build prism-iosched.ko against it
+  prism build --kernel 6.12         build prism-iosched.ko against it (--twin: and v2's
+                                    module beside it, prism-v2-iosched.ko)
   prism checkpatch                  checkpatch.pl --no-tree -f on the module sources
   prism kernels list                the pinned kernels (the tested set), where each is built
   prism kernels update              move the pins to the newest ABI of each series
@@ -32,8 +33,8 @@ from .common import workloads
 from .common.errors import PrismError, Terminated, UsageError
 from .drives import diskmodel, nbd
 from .guest import selftest
-from .guest.system import NVME_SERIAL, VIRTIO_SERIAL
-from .host import blktests, build, insnprof, kernels, pgimage, pins, vm
+from .guest.system import NVME_SERIAL, TWIN_SCHEDULER, VIRTIO_SERIAL
+from .host import blktests, build, insnprof, kernels, pgimage, pins, twin, vm
 
 
 def _kernels(arg: str) -> list[kernels.Kernel]:
@@ -94,9 +95,16 @@ def cmd_fetch(args) -> int:
 
 
 def cmd_build(args) -> int:
-    for k in _kernels(args.kernel):
+    ks = _kernels(args.kernel)
+    if args.twin:
+        for k in ks:
+            twin.check_kernel(k)
+    for k in ks:
         ko = build.build(k, fetch=not args.no_fetch)
         kernels.log(f"built {ko}")
+        if args.twin:
+            ko = twin.build_twin(k, fetch=not args.no_fetch)
+            kernels.log(f"built {ko} ({TWIN_SCHEDULER}: prism at {twin.TWIN_REV})")
     return 0
 
 
@@ -432,6 +440,10 @@ def parser() -> argparse.ArgumentParser:
                    help="6.1, 6.12 (default), 7.3, a comma list or all (every pin)")
     p.add_argument("--no-fetch", action="store_true",
                    help="do not install or download anything")
+    p.add_argument("--twin", action="store_true",
+                   help=f"also build {TWIN_SCHEDULER}, prism at {twin.TWIN_REV} (v2) under "
+                        "names of its own, which loads beside prism (6.1 and 6.12 only; "
+                        "prism bench run builds it when --schedulers names it)")
     p.set_defaults(func=cmd_build)
 
     p = sub.add_parser("checkpatch", help="checkpatch.pl --no-tree -f on the module")
@@ -517,7 +529,9 @@ def parser() -> argparse.ArgumentParser:
                    "baselines a workload needs are added")
     p.add_argument("--schedulers", default=plan.ALL_SCHEDULERS,
                    help="comma list; variants as NAME:key=val,key=val "
-                        "(e.g. bfq:low_latency=0,slice_idle=0); default all five")
+                        "(e.g. bfq:low_latency=0,slice_idle=0); default all five; "
+                        f"{TWIN_SCHEDULER} is prism at {twin.TWIN_REV} (v2), loaded beside "
+                        "prism in the same boots, for a paired comparison")
     p.add_argument("--reps", type=int, default=5, help="repetitions (default 5)")
     p.add_argument("--runtime", type=int, default=20, help="seconds per run (default 20)")
     p.add_argument("--ramp", type=int, default=2, help="ramp seconds before measuring (default 2)")

@@ -22,12 +22,16 @@ from ..common import stats, workloads
 from ..common.errors import PrismError, UsageError
 from ..drives import diskmodel
 from ..guest.benchrun import MODEL_PROFILES, NULLB_PROFILES, parse_scheduler
-from ..guest.system import NVME_SERIAL, PGIMAGE_SERIAL, VIRTIO_SERIAL
-from ..host import build, kernels, pgimage, vm
+from ..guest.system import NVME_SERIAL, PGIMAGE_SERIAL, TWIN_LOADED, TWIN_SCHEDULER, VIRTIO_SERIAL
+from ..host import build, kernels, pgimage, twin, vm
 from . import report
 
 KNOWN_SCHEDULERS = ("none", "mq-deadline", "kyber", "bfq", "prism")
 ALL_SCHEDULERS = ",".join(KNOWN_SCHEDULERS)
+# What --schedulers takes besides: prism's twin, v2's module under its own
+# elevator name (host/twin.py), run in the same boots as prism so that the
+# two are compared repetition by repetition. Never in the default.
+BENCH_SCHEDULERS = KNOWN_SCHEDULERS + (TWIN_SCHEDULER,)
 # The devices of prism bench run and prism vm --device, one list for both.
 VM_PROFILES = tuple(NULLB_PROFILES) + ("virtio", "nvme") + tuple(MODEL_PROFILES)
 # Other spellings both accept: plain nullb is the default null_blk profile
@@ -42,7 +46,8 @@ def device_name(name: str) -> str:
 
 # The in-tree schedulers' tunables (queue/iosched/*) on the supported
 # kernels (block/mq-deadline.c, kyber-iosched.c, bfq-iosched.c); prism's
-# are read from the module's source (build.module_tunables).
+# are read from the module's source (build.module_tunables), its twin's
+# from the twin's (twin.tunables: v2 had 34, v3 has fewer).
 IN_TREE_TUNABLES = {
     "none": (),
     "mq-deadline": ("read_expire", "write_expire", "writes_starved", "front_merges",
@@ -56,7 +61,11 @@ IN_TREE_TUNABLES = {
 
 def scheduler_tunables(name: str) -> list[str]:
     """The tunables scheduler @name offers."""
-    return build.module_tunables() if name == "prism" else list(IN_TREE_TUNABLES[name])
+    if name == "prism":
+        return build.module_tunables()
+    if name == TWIN_SCHEDULER:
+        return twin.tunables()
+    return list(IN_TREE_TUNABLES[name])
 
 
 def check_tunable(name: str, key: str, spec: str) -> None:
@@ -86,8 +95,8 @@ def parse_schedulers(text: str) -> list[str]:
             specs.append(item)
     for spec in specs:
         name, tunables = parse_scheduler(spec)
-        if name not in KNOWN_SCHEDULERS:
-            raise UsageError(f"unknown scheduler {name!r}; known: {', '.join(KNOWN_SCHEDULERS)}")
+        if name not in BENCH_SCHEDULERS:
+            raise UsageError(f"unknown scheduler {name!r}; known: {', '.join(BENCH_SCHEDULERS)}")
         for key, val in tunables.items():
             if not key or val == "":
                 raise UsageError(f"bad tunable in {spec!r}: write NAME=VALUE")
@@ -97,6 +106,27 @@ def parse_schedulers(text: str) -> list[str]:
     if len(set(specs)) != len(specs):
         raise UsageError("a scheduler variant is named twice")
     return specs
+
+
+def names_twin(specs: list[str]) -> bool:
+    """Whether scheduler specs @specs run prism's twin."""
+    return any(parse_scheduler(s)[0] == TWIN_SCHEDULER for s in specs)
+
+
+def check_twin(args) -> None:
+    """Refuse, before any build, what the twin cannot run on: a kernel its
+    revision predates (twin.check_kernel), or a real device where nothing
+    says which twin to load (prism builds nothing for a real device's run:
+    its modules are the user's to load, or, for the twin, to name)."""
+    if args.device.startswith("/"):
+        if not (Path("/sys/module") / TWIN_LOADED).exists() \
+                and not os.environ.get("PRISM_TWIN_KO"):
+            raise UsageError(f"{TWIN_SCHEDULER} on a real device: load its module first, or "
+                             "set PRISM_TWIN_KO to it (prism build --twin --kernel SERIES "
+                             "builds it for a pinned kernel)")
+        return
+    for k in kernels.parse(args.kernel):
+        twin.check_kernel(k)
 
 
 # --- real devices: refuse data (--force) and mounts (--allow-mounted) ---
@@ -234,6 +264,9 @@ def make_plan(args) -> dict:
             "schedulers": parse_schedulers(args.schedulers),
             "reps": args.reps, "runtime": args.runtime, "ramp": args.ramp,
             "source": source_revision()}
+    if names_twin(plan["schedulers"]):
+        # Which code the twin's name stood for, for the report.
+        plan["twin"] = twin.describe()
     if not args.device.startswith("/"):
         plan["vcpus"] = getattr(args, "cpus", 2)
         if getattr(args, "accel", "auto") == "icount":
@@ -272,6 +305,8 @@ def validate(args) -> None:
         check_real_device(args.device, args.force, args.allow_mounted)
     else:
         kernels.parse(args.kernel)
+    if names_twin(parse_schedulers(args.schedulers)):
+        check_twin(args)
 
 
 def with_database(plan: dict) -> dict:
@@ -317,14 +352,17 @@ def bench_disks(plan: dict, args, rundir: Path) -> list[vm.Disk | vm.ModelDisk]:
 
 def run_in_vm(k: kernels.Kernel, plan: dict, args) -> tuple[Path, list[dict]]:
     ko = build.build(k)
+    twin_ko = twin.build_twin(k) if plan.get("twin") else None
     rundir = vm.new_rundir()
     plan = dict(with_database(plan), ko=str(ko))
+    if twin_ko:
+        plan["twin_ko"] = str(twin_ko)
     disks = bench_disks(plan, args, rundir)
     (rundir / "plan.json").write_text(json.dumps(plan, indent=1))
     kernels.log(f"{k.series}: {len(plan['workloads']) * len(plan['schedulers']) * plan['reps']} "
                 f"runs in one boot; raw output in {rundir / 'bench'}")
     res = vm.run(k, "python3 -m prism.guest.benchrun --plan plan.json --out bench", ko=ko,
-                 disks=disks, memory=args.memory, cpus=args.cpus, rundir=rundir,
+                 twin_ko=twin_ko, disks=disks, memory=args.memory, cpus=args.cpus, rundir=rundir,
                  accel=args.accel,
                  timeout=max(args.timeout, boot_budget(plan)))
     probs = res.log_problems

@@ -2,7 +2,9 @@
 and report.md.
 
 results.json schema (version 1):
-  {"schema": 1, "command": str, "created": ISO time, "plan": {...},
+  {"schema": 1, "command": str, "created": ISO time,
+   "plan": {... (bench/plan.py make_plan), "twin"? (prism's twin ran:
+            {"scheduler", "module", "rev", "commit"})},
    "runs": [{"kernel", "workload", "scheduler", "rep", "device",
              "device_util", "wall_s", "prism_tiers"?, "prism_flight"? (the
              in-flight control from debugfs at the run's end),
@@ -531,6 +533,18 @@ def plots(out: Path, runs: list[dict], summaries: list[dict]) -> list[str]:
     return made
 
 
+def twin_line(plan: dict) -> str:
+    """What the twin's name stood for (plan "twin", bench/plan.py), or ""."""
+    tw = plan.get("twin")
+    if not tw:
+        return ""
+    return (f"{tw['scheduler']} is prism at `{tw['commit'][:12]}` ({tw['rev']}), built as "
+            f"{tw['module']}.ko and loaded beside prism in the same boots: the paired "
+            f"ratios compare the two repetition by repetition (vs {tw['scheduler']}). "
+            "None of prism's debugfs figures are read for it (its latency histograms are on "
+            "where prism's are, for the same bookkeeping, but not read).")
+
+
 def report_md(out: Path, command: str, plan: dict, runs: list[dict],
               summaries: list[dict], images: list[str]) -> str:
     kernels = sorted({r["kernel_release"] or r["kernel"] for r in runs})
@@ -539,6 +553,7 @@ def report_md(out: Path, command: str, plan: dict, runs: list[dict],
         "# prism bench report", "",
         f"Command: `{command}`", "",
         f"prism source: `{plan['source']}`." if plan.get("source") else "", "",
+        twin_line(plan), "",
         f"Kernel(s): {', '.join(kernels)}. Device profile: {plan['profile']}"
         + (f" ({plan['device']})" if plan.get("device") else "")
         + f". {plan['reps']} repetitions of {plan['runtime']} s after {plan['ramp']} s ramp,"

@@ -116,8 +116,12 @@ def sched_nr_requests(profile: str) -> int | None:
 def apply_scheduler(dev: str, spec: str, profile: str = "",
                     latency_hist: bool = False) -> None:
     """Select @spec's scheduler on @dev with its tunables; with
-    @latency_hist, prism's latency histograms on too."""
+    @latency_hist, prism's latency histograms on too (debugfs), and its
+    twin's (v2's tunable latency_hist), though those are not read: the two
+    are compared run by run, and each then does the same bookkeeping."""
     name, tunables = parse_scheduler(spec)
+    if name == g.TWIN_SCHEDULER and latency_hist:
+        tunables = {"latency_hist": 1} | tunables
     available = g.offered_schedulers(dev, name)
     if name not in available:
         raise SystemExit(f"bench: scheduler {name!r} is not offered by this kernel "
@@ -391,6 +395,10 @@ def main(argv=None) -> int:
         raise SystemExit("bench: fio not found (apt-get install fio)")
     if plan.get("ko") and not g.module_loaded():
         g.load_prism(plan["ko"])
+    if any(parse_scheduler(s)[0] == g.TWIN_SCHEDULER for s in plan["schedulers"]):
+        # Before the first run, so that a twin that will not load stops
+        # the plan before anything is measured.
+        g.load_twin(plan.get("twin_ko"))
     g.mount_debugfs()
     device = Device(plan["profile"], plan.get("device"))
     runs = schedule(plan)

@@ -1,6 +1,7 @@
 """Helpers that run inside the test VM (as root, on the guest kernel):
-loading prism, making null_blk devices, finding attached disks, choosing
-schedulers, running fio and reading prism's debugfs counters."""
+loading prism (and its twin), making null_blk devices, finding attached
+disks, choosing schedulers, running fio and reading prism's debugfs
+counters."""
 
 from __future__ import annotations
 
@@ -26,6 +27,15 @@ MODEL_SERIALS = {"hdd": "prism-hdd", "hdd-ncq": "prism-hdd-ncq",
                  "cloud-small": "prism-cloud-small"}
 DEBUGFS = Path("/sys/kernel/debug")
 CONFIGFS = Path("/sys/kernel/config")
+# prism's twin: the module of an older revision (v2; prism/host/twin.py
+# builds it) under names of its own, loaded beside prism so that one boot
+# measures both. Its elevator name (what queue/scheduler lists and takes);
+# its module (the .ko's file name, and MODULE_ALIAS as the kernel's
+# request_module() asks for an elevator: NAME-iosched); and the name the
+# loaded module goes by (kbuild turns dashes into underscores).
+TWIN_SCHEDULER = "prism-v2"
+TWIN_MODULE = f"{TWIN_SCHEDULER}-iosched"
+TWIN_LOADED = TWIN_MODULE.replace("-", "_")
 
 
 def sh(cmd: str, check: bool = True, timeout: float | None = None) -> subprocess.CompletedProcess:
@@ -54,6 +64,23 @@ def load_prism(ko: str | None = None) -> None:
 
 def unload_prism() -> subprocess.CompletedProcess:
     return sh("rmmod prism_iosched", check=False)
+
+
+def load_twin(ko: str | None = None) -> None:
+    """Load prism's twin beside prism: @ko, else $PRISM_TWIN_KO (the host
+    exports it as it does PRISM_KO). A .ko of another name is refused: the
+    twin's file is named for it, so that prism's own module, or one built
+    before the rename, can never be measured as the twin."""
+    if module_loaded(TWIN_LOADED):
+        return
+    ko = ko or os.environ.get("PRISM_TWIN_KO")
+    if not ko:
+        raise RuntimeError(f"PRISM_TWIN_KO is not set: which {TWIN_MODULE}.ko to load "
+                           f"for {TWIN_SCHEDULER}?")
+    if Path(ko).name != f"{TWIN_MODULE}.ko":
+        raise RuntimeError(f"{ko} is not {TWIN_MODULE}.ko: not loading it as "
+                           f"{TWIN_SCHEDULER}")
+    sh(f"insmod {ko}")
 
 
 def mount_debugfs() -> None:
@@ -154,6 +181,10 @@ def offered_schedulers(dev: str, sched: str) -> list[str]:
     available = schedulers(dev)[0]
     if sched not in available and sched in SCHEDULER_MODULES:
         sh(f"modprobe {SCHEDULER_MODULES[sched]}", check=False)
+        available = schedulers(dev)[0]
+    elif sched not in available and sched == TWIN_SCHEDULER:
+        # Not installed anywhere modprobe looks: the host's build, by path.
+        load_twin()
         available = schedulers(dev)[0]
     return available
 

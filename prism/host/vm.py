@@ -267,7 +267,8 @@ def _guest_pythonpath(rundir: Path) -> Path:
     return lib
 
 
-def _guest_script(command: str, rundir: Path, ko: Path | None, setup: str = "") -> str:
+def _guest_script(command: str, rundir: Path, ko: Path | None, setup: str = "",
+                  twin_ko: Path | None = None) -> str:
     env = {
         "PRISM_RUNDIR": str(rundir),
         "PYTHONPATH": str(_guest_pythonpath(rundir)),
@@ -278,6 +279,9 @@ def _guest_script(command: str, rundir: Path, ko: Path | None, setup: str = "") 
         testblk = ko.parent / "testblk" / "prism_testblk.ko"
         if testblk.exists():
             env["PRISM_TESTBLK_KO"] = str(testblk)
+    if twin_ko:
+        # prism's twin (twin.py), loaded by the guest when it is selected.
+        env["PRISM_TWIN_KO"] = str(twin_ko)
     exports = "\n".join(f"export {k}={shlex.quote(v)}" for k, v in env.items())
     return f"""#!/bin/bash
 {exports}
@@ -329,10 +333,12 @@ def check_disks(disks: Sequence[Disk | ModelDisk], accel: str) -> None:
 def run(k: kernels.Kernel, command: str, *, ko: Path | None = None,
         disks: Sequence[Disk | ModelDisk] = (), memory: str = "2G", cpus: int = 2,
         accel: str = "auto", timeout: float = 1800, rundir: Path | None = None,
-        echo: bool = True, plugin: Path | None = None) -> VmResult:
+        echo: bool = True, plugin: Path | None = None,
+        twin_ko: Path | None = None) -> VmResult:
     """Boot @k, run @command (bash) in the guest, return what happened.
-    @plugin: a QEMU TCG plugin to load (TCG or icount only), told the run
-    directory in PRISM_INSNPROF_DIR."""
+    @ko: prism's module, and @twin_ko its twin's (twin.py), for the guest
+    at $PRISM_KO and $PRISM_TWIN_KO. @plugin: a QEMU TCG plugin to load
+    (TCG or icount only), told the run directory in PRISM_INSNPROF_DIR."""
     check_disks(disks, accel)
     require_tools()
     if not k.vmlinuz.exists():
@@ -347,7 +353,7 @@ def run(k: kernels.Kernel, command: str, *, ko: Path | None = None,
     models = [d for d in disks if isinstance(d, ModelDisk)]
     script = rundir / "guest.sh"
     script.write_text(_guest_script(command, rundir, ko,
-                                    "".join(d.guest_setup() for d in models)))
+                                    "".join(d.guest_setup() for d in models), twin_ko))
     script.chmod(0o755)
 
     qemu_opts = []
