@@ -26,11 +26,12 @@
 #
 # find-block-dir.sh --installed: for each installed kernel (one with
 # /lib/modules/KVER/build) of the series prism is tested on
-# (check-kernel-range.sh), print KVER on stdout if its source is there,
-# else the --check message, with the command, on stderr. The package's
-# postinst runs it at install, and from its dpkg trigger (a package put
-# files under /usr/src, as linux-source does) to build for the kernels
-# whose source has arrived.
+# (check-kernel-range.sh) that has no prism yet (no prism-iosched.ko in
+# its updates/ or updates/dkms/), print KVER on stdout if its source is
+# there, else the --check message, with the command, on stderr. The
+# package's postinst runs it at install, and from its dpkg trigger (a
+# package put files under /usr/src, as linux-source does) to build for
+# the kernels whose source has arrived.
 #
 # PRISM_ROOT: a directory standing for / (/usr/src, /lib/modules,
 # /etc/os-release), for tests; dpkg-query still answers for the system.
@@ -51,6 +52,10 @@ if [ "$mode" = installed ]; then
 		[ -e "$build" ] || continue
 		k=$(basename "$(dirname "$build")")
 		"$here/check-kernel-range.sh" "$k" 2>/dev/null || continue
+		for ko in "$root/lib/modules/$k"/updates/prism-iosched.ko* \
+			"$root/lib/modules/$k"/updates/dkms/prism-iosched.ko*; do
+			[ -e "$ko" ] && continue 2
+		done
 		if "$here/find-block-dir.sh" --check "$k"; then
 			echo "$k"
 		else

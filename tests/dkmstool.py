@@ -173,20 +173,8 @@ sys.exit(rc)
 '''
 
 DKMS_STUB = r'''#!/bin/sh
-# dkms, logged to $FAKE_DKMS_LOG; "status" says installed for the kernels
-# in $FAKE_DKMS_INSTALLED; every other step exits $FAKE_DKMS_RC.
+# dkms: logged to $FAKE_DKMS_LOG, exits $FAKE_DKMS_RC.
 echo "$*" >>"$FAKE_DKMS_LOG"
-if [ "$1" = status ]; then
-	k=""
-	while [ $# -gt 0 ]; do
-		[ "$1" = -k ] && k=$2
-		shift
-	done
-	for i in $FAKE_DKMS_INSTALLED; do
-		[ "$i" = "$k" ] && echo "prism-iosched/0.1.0, $k, x86_64: installed"
-	done
-	exit 0
-fi
 echo "dkms stub: $*"
 exit "${FAKE_DKMS_RC:-0}"
 '''
@@ -197,6 +185,12 @@ class FakeSystem:
     """@root stands for /; @env runs a helper against it."""
     root: Path
     env: dict[str, str]
+
+    def has_prism(self, abi: str) -> None:
+        """Kernel @abi has the module, as DKMS installs it."""
+        dkms = self.root / "lib" / "modules" / abi / "updates" / "dkms"
+        dkms.mkdir(parents=True)
+        (dkms / "prism-iosched.ko.xz").touch()
 
     def install(self, package: str, version: str) -> None:
         """dpkg-query now knows @package as installed at @version."""

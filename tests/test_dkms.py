@@ -183,20 +183,23 @@ def _find(fs: dkmstool.FakeSystem, *args: str) -> subprocess.CompletedProcess:
 
 def test_installed_lists_the_kernels_ready_and_the_command_for_the_others(tmp_path):
     """--installed: on stdout the tested-range kernels with /lib/modules/
-    ABI/build whose source is there; for each other one the exact
-    apt-get command, at the version of its linux-image package. A kernel
-    outside the range, and a module tree without build/, say nothing."""
-    fs = dkmstool.fake_system(tmp_path, BOOKWORM | {"5.10.0-30-amd64": "5.10.218-1"},
+    ABI/build and no prism whose source is there; for each other one the
+    exact apt-get command, at the version of its linux-image package. A
+    kernel outside the range, one that has prism (its source may be gone:
+    no rebuild is due), and a module tree without build/ say nothing."""
+    fs = dkmstool.fake_system(tmp_path, BOOKWORM | {"5.10.0-30-amd64": "5.10.218-1",
+                                                    "6.1.0-57-amd64": "6.1.192-3"},
                               {"linux-source-6.12": "6.12.117-1~deb12u1"})
     (fs.root / "usr/src/linux-source-6.12.tar.xz").touch()
     (fs.root / "lib/modules/6.1.0-47-amd64").mkdir()
+    fs.has_prism("6.1.0-57-amd64")
     r = _find(fs, "--installed")
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["6.12.117+deb12-amd64"]
     assert ("building for 6.1.0-56-amd64 needs linux-source-6.1 version 6.1.192-2 "
             "(installed: none): apt-get install linux-source-6.1=6.1.192-2\n") in r.stderr
     assert "dkms autoinstall -k KVER" in r.stderr
-    for quiet in ("6.12.117", "5.10", "6.1.0-47"):
+    for quiet in ("6.12.117", "5.10", "6.1.0-47", "6.1.0-57"):
         assert quiet not in r.stderr, quiet
 
     (fs.root / "usr/src/linux-source-6.12.tar.xz").unlink()
