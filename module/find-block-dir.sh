@@ -103,6 +103,12 @@ if [ -z "$series" ] || [ -z "$version" ]; then
 		"PRISM_BLOCK_DIR to block/ of its exact source" >&2
 	exit 1
 fi
+# Extracted before (make's .src-KVER): the source package may be gone.
+if [ "$mode" = build ] && [ -f "$dest/.version" ] &&
+	[ "$(cat "$dest/.version")" = "$version" ] && [ -f "$dest/block/elevator.h" ]; then
+	echo "$dest/block"
+	exit 0
+fi
 # Ubuntu names the source by the upstream part of the version (6.8.0 of
 # 6.8.0-49.49), and Debian by the series.
 upstream=$(echo "$version" | sed 's/^[0-9]*://; s/-[^-]*$//')
@@ -151,11 +157,6 @@ if ! found "linux-source-$series" "linux-source-$series.tar.xz" xz &&
 fi
 [ "$mode" = build ] || exit 0
 
-if [ -f "$dest/.version" ] && [ "$(cat "$dest/.version")" = "$version" ] &&
-	[ -f "$dest/block/elevator.h" ]; then
-	echo "$dest/block"
-	exit 0
-fi
 rm -rf "$dest"
 mkdir -p "$dest"
 if [ "$tarball" = deb ]; then

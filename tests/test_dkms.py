@@ -254,7 +254,8 @@ def test_block_dir_from_each_layout(tmp_path, layout, how):
     """Debian's /usr/src/linux-source-X.Y.tar.xz and Ubuntu's
     /usr/src/linux-source-X.Y.Z/linux-source-X.Y.Z.tar.bz2, from the
     installed package or its .deb in /usr/src: the missing one is named
-    as that system names it, and once there, block/ comes out of it."""
+    as that system names it, and once there, block/ comes out of it (and
+    stays usable after the source is removed)."""
     os_id, abi, version, pkg, member, mode = LAYOUTS[layout]
     fs = dkmstool.fake_system(tmp_path, {abi: version}, {}, os_id=os_id)
     r = _find(fs, "--check", abi)
@@ -281,3 +282,10 @@ def test_block_dir_from_each_layout(tmp_path, layout, how):
     assert (dest / "block/elevator.h").exists() and (dest / "Makefile").exists()
     assert not (dest / "kernel").exists()
     assert (dest / ".version").read_text().strip() == version
+    # make's extraction (.src-KVER) serves again once the source is gone.
+    for f in (fs.root / "usr/src").rglob("linux-source-*"):
+        if f.is_file():
+            f.unlink()
+    assert _find(fs, "--check", abi).returncode == 1
+    r = _find(fs, abi, str(dest))
+    assert r.returncode == 0 and r.stdout.strip() == f"{dest}/block", r.stderr
