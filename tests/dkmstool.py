@@ -198,3 +198,91 @@ def purge_package(pkg: Package) -> list[str]:
     if Path(f"/usr/src/prism-iosched-{VERSION}").exists():
         left.append(f"/usr/src/prism-iosched-{VERSION}")
     return left
+
+
+# A stand-in system for the package's shell helpers (find-block-dir.sh,
+# the postinst): a directory for / (PRISM_ROOT: /lib/modules, /usr/src,
+# /etc/os-release) and stubs on PATH for dpkg-query (answering from a
+# list of installed packages) and dkms (logging its arguments).
+
+DPKG_QUERY_STUB = r'''#!/usr/bin/env python3
+"""dpkg-query -W -f=FORMAT PKG, answered from $FAKE_DPKG ("PKG VERSION" lines)."""
+import os, sys
+args = sys.argv[1:]
+fmt, pkgs = "${Version}", []
+while args:
+    a = args.pop(0)
+    if a.startswith(("-f=", "--showformat=")):
+        fmt = a.split("=", 1)[1]
+    elif a in ("-f", "--showformat"):
+        fmt = args.pop(0)
+    elif not a.startswith("-"):
+        pkgs.append(a)
+have = dict(line.split() for line in open(os.environ["FAKE_DPKG"]) if line.strip())
+rc = 0
+for p in pkgs:
+    if p not in have:
+        print(f"dpkg-query: no packages found matching {p}", file=sys.stderr)
+        rc = 1
+        continue
+    out = fmt.replace("${db:Status-Abbrev}", "ii ").replace("${Version}", have[p])
+    sys.stdout.write(out.replace("\\n", "\n"))
+sys.exit(rc)
+'''
+
+DKMS_STUB = r'''#!/bin/sh
+# dkms: logged to $FAKE_DKMS_LOG, exits $FAKE_DKMS_RC.
+echo "$*" >>"$FAKE_DKMS_LOG"
+echo "dkms stub: $*"
+exit "${FAKE_DKMS_RC:-0}"
+'''
+
+
+@dataclasses.dataclass
+class FakeSystem:
+    """@root stands for /; @env runs a helper against it."""
+    root: Path
+    env: dict[str, str]
+
+    def has_prism(self, abi: str) -> None:
+        """Kernel @abi has the module, as DKMS installs it."""
+        dkms = self.root / "lib" / "modules" / abi / "updates" / "dkms"
+        dkms.mkdir(parents=True)
+        (dkms / "prism-iosched.ko.xz").touch()
+
+    def install(self, package: str, version: str) -> None:
+        """dpkg-query now knows @package as installed at @version."""
+        with open(self.env["FAKE_DPKG"], "a") as f:
+            f.write(f"{package} {version}\n")
+
+    @property
+    def dkms_calls(self) -> list[str]:
+        log = Path(self.env["FAKE_DKMS_LOG"])
+        return log.read_text().splitlines() if log.exists() else []
+
+
+def fake_system(tmp: Path, kernels: dict[str, str], packages: dict[str, str],
+                os_id: str = "debian") -> FakeSystem:
+    """A root in @tmp with /lib/modules/ABI/build for each of @kernels
+    (ABI: the version of its linux-image-ABI package), dpkg-query knowing
+    those and @packages (name: version) as installed, /etc/os-release
+    saying @os_id, and the stubs first on PATH."""
+    root, stubs = tmp / "root", tmp / "stubs"
+    for abi in kernels:
+        (root / "lib" / "modules" / abi / "build").mkdir(parents=True)
+    (root / "usr" / "src").mkdir(parents=True, exist_ok=True)
+    (root / "etc").mkdir(exist_ok=True)
+    like = "debian" if os_id == "ubuntu" else ""
+    (root / "etc" / "os-release").write_text(f'ID={os_id}\nID_LIKE="{like}"\n')
+    stubs.mkdir()
+    for name, text in (("dpkg-query", DPKG_QUERY_STUB), ("dkms", DKMS_STUB)):
+        (stubs / name).write_text(text)
+        (stubs / name).chmod(0o755)
+    installed = {f"linux-image-{abi}": v for abi, v in kernels.items()} | packages
+    (tmp / "dpkg").write_text("".join(f"{p} {v}\n" for p, v in installed.items()))
+    env = dict(os.environ, PRISM_ROOT=str(root), PATH=f"{stubs}:{os.environ['PATH']}",
+               FAKE_DPKG=str(tmp / "dpkg"), FAKE_DKMS_LOG=str(tmp / "dkms.log"),
+               PRISM_DEFAULTS="/nonexistent")
+    for var in ("PRISM_ANY_KERNEL", "PRISM_SOURCE_DIR", "PRISM_BLOCK_DIR"):
+        env.pop(var, None)
+    return FakeSystem(root, env)

@@ -4,6 +4,7 @@ the module through DKMS for both pinned kernels, and removed cleanly; and
 the udev rules it ships."""
 
 import fnmatch
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -81,6 +82,96 @@ def test_apt_installs_it_and_dkms_builds_both_kernels(deb, dkms_package):
                               capture_output=True, text=True).stdout
         assert f"version:        {VERSION}" in info, info
         assert "/updates/dkms/" in info, info
+    # At install, the postinst named the source of each kernel that lacked
+    # it (find-block-dir.sh --installed; apt ran without the cached .debs).
+    said = pkg.install.stdout + pkg.install.stderr
+    env = {k: v for k, v in dkmstool.APT_ENV.items()
+           if k not in ("PRISM_SOURCE_DIR", "PRISM_BLOCK_DIR")}
+    for k in kernels.host_kernels():
+        check = subprocess.run([str(REPO / "module" / "find-block-dir.sh"), "--check", k.abi],
+                               capture_output=True, text=True, env=env)
+        if check.returncode != 0:
+            assert f"apt-get install linux-source-{k.series}={k.version}" in said, said[-3000:]
+
+
+def test_dpkg_runs_the_trigger_when_a_package_puts_files_in_usr_src(dkms_package, tmp_path):
+    """The host's dpkg honours the package's interest in /usr/src: a
+    package putting a file there (a 1-byte stand-in for linux-source) has
+    dpkg run prism's postinst triggered, which succeeds (nothing to build:
+    no kernel gained its source), and the package stays installed."""
+    if dkms_package.install is None:
+        pytest.skip(dkms_package.why_not)
+    probe = "prism-iosched-trigger-probe"
+    tree = tmp_path / probe
+    (tree / "DEBIAN").mkdir(parents=True)
+    (tree / "DEBIAN" / "control").write_text(
+        f"Package: {probe}\nVersion: 1\nArchitecture: all\n"
+        "Maintainer: prism tests <prism-iosched@lists.debian.net>\n"
+        "Description: puts a file under /usr/src (tests/test_deb.py)\n")
+    (tree / "usr" / "src" / probe).mkdir(parents=True)
+    (tree / "usr" / "src" / probe / "probe").write_text("\n")
+    deb = tmp_path / f"{probe}_1_all.deb"
+    subprocess.run(["dpkg-deb", "-b", "-Zgzip", str(tree), str(deb)], check=True,
+                   capture_output=True)
+    try:
+        r = subprocess.run(["dpkg", "-i", str(deb)], capture_output=True, text=True,
+                           env=dkmstool.APT_ENV)
+        assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+        assert "Processing triggers for prism-iosched-dkms" in r.stdout, r.stdout
+    finally:
+        subprocess.run(["dpkg", "--purge", probe], capture_output=True)
+    status = subprocess.run(["dpkg-query", "-W", "-f=${Status}", "prism-iosched-dkms"],
+                            capture_output=True, text=True).stdout
+    assert status == "install ok installed", status
+
+
+def _control(deb: Path, tmp: Path) -> Path:
+    """The .deb's control files (postinst, triggers, ...), in @tmp/ctl."""
+    subprocess.run(["dpkg-deb", "-e", str(deb), str(tmp / "ctl")], check=True)
+    return tmp / "ctl"
+
+
+def test_package_recommends_the_source_and_watches_usr_src(deb, tmp_path):
+    """Recommends linux-source (the default kernel's series); a file
+    trigger on /usr/src, without making the source package wait; the
+    postinst keeps dh_dkms's part and has every token replaced."""
+    recommends = subprocess.run(["dpkg-deb", "-f", str(deb), "Recommends"],
+                                capture_output=True, text=True).stdout
+    assert "linux-source" in [r.strip() for r in recommends.split(",")], recommends
+    ctl = _control(deb, tmp_path)
+    triggers = [line for line in (ctl / "triggers").read_text().splitlines()
+                if line.strip() and not line.startswith("#")]
+    assert triggers == ["interest-noawait /usr/src"]
+    postinst = (ctl / "postinst").read_text()
+    assert "/usr/lib/dkms/common.postinst" in postinst       # dh_dkms's, from #DEBHELPER#
+    assert f"/usr/src/prism-iosched-{VERSION}" in postinst
+    assert not re.search(r"#[A-Za-z0-9_.+]+#", postinst), "a token left unreplaced"
+
+
+def test_the_trigger_builds_each_kernel_whose_source_arrived(deb, tmp_path):
+    """postinst triggered, from the .deb, on a stand-in system (its files
+    under PRISM_ROOT, stub dpkg-query and dkms): DKMS installs prism for
+    the kernel whose source is there and which lacks it, not for one that
+    has it or one without source (named with its command instead); a
+    failing DKMS is printed and the trigger still exits 0."""
+    fs = dkmstool.fake_system(tmp_path, {"6.1.0-56-amd64": "6.1.192-2",
+                                         "6.1.0-57-amd64": "6.1.192-3",
+                                         "6.12.117+deb12-amd64": "6.12.117-1~deb12u1"},
+                              {"linux-source-6.1": "6.1.192-2"})
+    subprocess.run(["dpkg-deb", "-x", str(deb), str(fs.root)], check=True)
+    (fs.root / "usr/src/linux-source-6.1.tar.xz").touch()
+    (fs.root / "usr/src/linux-source-6.1_6.1.192-3_all.deb").touch()
+    fs.has_prism("6.1.0-57-amd64")
+    postinst = _control(deb, tmp_path) / "postinst"
+    for rc in (0, 10):
+        Path(fs.env["FAKE_DKMS_LOG"]).unlink(missing_ok=True)
+        r = subprocess.run([str(postinst), "triggered", "/usr/src"], capture_output=True,
+                           text=True, env=dict(fs.env, FAKE_DKMS_RC=str(rc)))
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert fs.dkms_calls == [f"install prism-iosched/{VERSION} -k 6.1.0-56-amd64"]
+        assert "apt-get install linux-source-6.12=6.12.117-1~deb12u1" in r.stderr
+        failed = "DKMS failed for 6.1.0-56-amd64 (exit 10, see above)"
+        assert (failed in r.stdout) == bool(rc), r.stdout
 
 
 @pytest.mark.parametrize("name,rotational", [("60-prism-rotational.rules", "1"),

@@ -7,9 +7,11 @@ series the VM suite passes on, in modinfo, refused outside by make and
 skipped by DKMS (without failing `dkms autoinstall`, which a kernel
 package's postinst runs), built anyway with the opt-in."""
 
+import io
 import os
 import shutil
 import subprocess
+import tarfile
 import tomllib
 from pathlib import Path
 
@@ -166,3 +168,124 @@ def test_dkms_skips_a_kernel_outside_the_range_and_builds_it_when_asked(tmp_path
         shutil.copy2(f, install / f.name)
     dkmstool.build_install(tmp_path, k, tmp_path / "install")
     assert list((install / "updates" / "dkms").glob("prism-iosched.ko*"))
+
+
+# Which source each kernel needs, against a stand-in system (PRISM_ROOT,
+# stub dpkg-query; dkmstool.fake_system): what the package's postinst
+# prints at install and what its dpkg trigger builds from.
+BOOKWORM = {"6.1.0-56-amd64": "6.1.192-2", "6.12.117+deb12-amd64": "6.12.117-1~deb12u1"}
+
+
+def _find(fs: dkmstool.FakeSystem, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([str(MODULE / "find-block-dir.sh"), *args], capture_output=True,
+                          text=True, env=fs.env)
+
+
+def test_installed_lists_the_kernels_ready_and_the_command_for_the_others(tmp_path):
+    """--installed: on stdout the tested-range kernels with /lib/modules/
+    ABI/build and no prism whose source is there; for each other one the
+    exact apt-get command, at the version of its linux-image package. A
+    kernel outside the range, one that has prism (its source may be gone:
+    no rebuild is due), and a module tree without build/ say nothing."""
+    fs = dkmstool.fake_system(tmp_path, BOOKWORM | {"5.10.0-30-amd64": "5.10.218-1",
+                                                    "6.1.0-57-amd64": "6.1.192-3"},
+                              {"linux-source-6.12": "6.12.117-1~deb12u1"})
+    (fs.root / "usr/src/linux-source-6.12.tar.xz").touch()
+    (fs.root / "lib/modules/6.1.0-47-amd64").mkdir()
+    fs.has_prism("6.1.0-57-amd64")
+    r = _find(fs, "--installed")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["6.12.117+deb12-amd64"]
+    assert ("building for 6.1.0-56-amd64 needs linux-source-6.1 version 6.1.192-2 "
+            "(installed: none): apt-get install linux-source-6.1=6.1.192-2\n") in r.stderr
+    assert "dkms autoinstall -k KVER" in r.stderr
+    for quiet in ("6.12.117", "5.10", "6.1.0-47", "6.1.0-57"):
+        assert quiet not in r.stderr, quiet
+
+    (fs.root / "usr/src/linux-source-6.12.tar.xz").unlink()
+    r = _find(fs, "--check", "6.12.117+deb12-amd64")
+    assert r.returncode == 1
+    assert "apt-get install --reinstall linux-source-6.12=6.12.117-1~deb12u1" in r.stderr
+
+
+def test_a_second_kernel_of_a_series_gets_its_source_beside_the_first(tmp_path):
+    """dpkg holds one version of linux-source-6.1: the other 6.1 kernel is
+    told to put its version's .deb in /usr/src, which then counts."""
+    fs = dkmstool.fake_system(tmp_path, {"6.1.0-56-amd64": "6.1.192-2",
+                                         "6.1.0-57-amd64": "6.1.192-3"},
+                              {"linux-source-6.1": "6.1.192-3"})
+    (fs.root / "usr/src/linux-source-6.1.tar.xz").touch()
+    r = _find(fs, "--installed")
+    assert r.stdout.split() == ["6.1.0-57-amd64"]
+    assert "(installed: 6.1.192-3, another kernel's)" in r.stderr
+    assert (f"cd {fs.root}/usr/src && apt-get download linux-source-6.1=6.1.192-2 && "
+            "dkms autoinstall -k 6.1.0-56-amd64") in r.stderr
+    (fs.root / "usr/src/linux-source-6.1_6.1.192-2_all.deb").touch()
+    r = _find(fs, "--installed")
+    assert r.stdout.split() == ["6.1.0-56-amd64", "6.1.0-57-amd64"] and not r.stderr
+
+
+def _source_tarball(path: Path, top: str, mode: str) -> None:
+    """A linux-source tarball: @top/Makefile, @top/block/elevator.h, and
+    a file that extraction leaves out."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(path, mode) as tar:
+        for name, text in (("Makefile", "VERSION = 6\n"), ("block/elevator.h", "/* */\n"),
+                           ("kernel/sched.c", "")):
+            data = text.encode()
+            info = tarfile.TarInfo(f"{top}/{name}")
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+
+
+# (os-release ID, kernel ABI, its package's version, source package, its
+# tarball below /usr/src, tarfile's mode)
+LAYOUTS = {
+    "debian": ("debian", "6.1.0-56-amd64", "6.1.192-2", "linux-source-6.1",
+               "linux-source-6.1.tar.xz", "w:xz"),
+    "ubuntu": ("ubuntu", "6.8.0-49-generic", "6.8.0-49.49", "linux-source-6.8.0",
+               "linux-source-6.8.0/linux-source-6.8.0.tar.bz2", "w:bz2"),
+}
+
+
+@pytest.mark.parametrize("how", ["installed", "deb"])
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_block_dir_from_each_layout(tmp_path, layout, how):
+    """Debian's /usr/src/linux-source-X.Y.tar.xz and Ubuntu's
+    /usr/src/linux-source-X.Y.Z/linux-source-X.Y.Z.tar.bz2, from the
+    installed package or its .deb in /usr/src: the missing one is named
+    as that system names it, and once there, block/ comes out of it (and
+    stays usable after the source is removed)."""
+    os_id, abi, version, pkg, member, mode = LAYOUTS[layout]
+    fs = dkmstool.fake_system(tmp_path, {abi: version}, {}, os_id=os_id)
+    r = _find(fs, "--check", abi)
+    assert r.returncode == 1
+    assert f"apt-get install {pkg}={version}" in r.stderr
+    if how == "installed":
+        _source_tarball(fs.root / "usr/src" / member, pkg, mode)
+        fs.install(pkg, version)
+    else:
+        tree = tmp_path / "deb"
+        _source_tarball(tree / "usr/src" / member, pkg, mode)
+        (tree / "DEBIAN").mkdir()
+        (tree / "DEBIAN/control").write_text(
+            f"Package: {pkg}\nVersion: {version}\nArchitecture: all\n"
+            "Maintainer: test <test@example.org>\nDescription: test\n")
+        subprocess.run(["dpkg-deb", "-b", "-Zgzip", str(tree),
+                        str(fs.root / "usr/src" / f"{pkg}_{version}_all.deb")],
+                       check=True, capture_output=True)
+    assert _find(fs, "--check", abi).returncode == 0
+    dest = tmp_path / "dest"
+    r = _find(fs, abi, str(dest))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == f"{dest}/block"
+    assert (dest / "block/elevator.h").exists() and (dest / "Makefile").exists()
+    assert not (dest / "kernel").exists()
+    assert (dest / ".version").read_text().strip() == version
+    # make's extraction (.src-KVER) serves again once the source is gone.
+    for f in (fs.root / "usr/src").rglob("linux-source-*"):
+        if f.is_file():
+            f.unlink()
+    assert _find(fs, "--check", abi).returncode == 1
+    r = _find(fs, abi, str(dest))
+    assert r.returncode == 0 and r.stdout.strip() == f"{dest}/block", r.stderr
