@@ -510,8 +510,10 @@ void prism_chain_sample_link(struct prism_data *pd,
 bool prism_tiers_contend(struct prism_data *pd);
 enum hrtimer_restart prism_wake_timer(struct hrtimer *timer);
 void prism_mark_restart(struct blk_mq_hw_ctx *hctx);
-void prism_flow_hold(struct prism_data *pd, struct blk_mq_hw_ctx *hctx,
-		     struct prism_flow *fl, u64 now);
+void prism_hold(struct prism_data *pd, struct blk_mq_hw_ctx *hctx,
+		enum prism_hold hold, int idle_tier, struct prism_flow *idle_fl,
+		u64 until, u64 now, u32 foreign);
+u64 prism_flow_wait_end(struct prism_flow *fl);
 bool prism_choose_viewed(struct prism_data *pd, struct blk_mq_hw_ctx *hctx,
 			 const struct prism_tunables *tun, u32 depth, u64 *now,
 			 struct prism_choice *c, u32 *queued_tiers,

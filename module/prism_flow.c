@@ -489,8 +489,9 @@ turn:
 			prism_batch_wait_turn(&pd->batch, c.tier, c.flow);
 			if (!now)
 				now = ktime_get_ns();
-			prism_park(pd, 0, now);
-			prism_flow_hold(pd, hctx, fl, now);
+			prism_hold(pd, hctx, PRISM_HOLD_FLOW, -1,
+				   prism_flow_owned(fl) ? NULL : fl,
+				   prism_flow_wait_end(fl), now, 0);
 			return NULL;
 		}
 		prism_flow_view(fl, &fv);

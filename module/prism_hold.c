@@ -299,8 +299,8 @@ static u64 prism_window_end(struct prism_data *pd,
 }
 
 /*
- * The holds, and what runs the queue again after them: the timers, the
- * rate caps' refills, the restart mark.
+ * The hold, and what runs the queue again after it: the timer, the rate
+ * caps' refills, the restart mark.
  */
 
 /*
@@ -354,11 +354,8 @@ static bool prism_tier_throttled(struct prism_data *pd, int t, u64 rate,
 	return true;
 }
 
-/*
- * Throttled tiers wait, the queue parked meanwhile (prism_park()): run it
- * when the first bucket refills.
- */
-static void prism_rate_hold(struct prism_data *pd,
+/* When the first of the @throttled tiers' buckets refills (ns). */
+static u64 prism_refill_end(struct prism_data *pd,
 			    const struct prism_tunables *tun, u32 throttled,
 			    u64 now)
 {
@@ -372,9 +369,7 @@ static void prism_rate_hold(struct prism_data *pd,
 						   prism_tier_rate(pd, tun, t),
 						   now));
 	}
-	if (wait == U64_MAX)
-		return;
-	prism_wake_at(pd, now + wait, NSEC_PER_USEC * 100);
+	return wait == U64_MAX ? 0 : now + wait;
 }
 
 /*
@@ -397,73 +392,48 @@ void prism_mark_restart(struct blk_mq_hw_ctx *hctx)
 }
 
 /*
- * Nothing dispatched although requests are queued, the queue parked: make
- * sure it runs again when that can change. A completion (the restart
- * flag) frees room in the device; the timer closes an anticipation
- * window. A depth hold with nothing of the tiers above in the device may
- * end with time alone (their "recent" guard lapses, the controller lifts
- * its limit: both after PRISM_ACTIVE_NS): the timer runs the queue then
- * too. prism_park()'s timer covers a wake-up missed all the same.
+ * The one hold: prism_choose() dispatched nothing although requests are
+ * queued (@hold says why; PRISM_HOLD_NONE: only rate-capped tiers had
+ * any). The queue is parked: has_work() says there is no work until a
+ * completion (the restart mark) or the timer at @until, which
+ * prism_hold_until() chose (0: a completion alone; prism_park()'s
+ * backstop covers a wake-up missed all the same), whichever comes first.
+ * A hold for a tier's next request (@idle_tier) or a flow's (@idle_fl,
+ * with nothing of it in the device) idles the device: that time is
+ * theirs, charged when the next dispatch comes (prism_account_idle()).
  */
-static void prism_hold(struct prism_data *pd, struct blk_mq_hw_ctx *hctx,
-		       enum prism_hold hold,
-		       const struct prism_tier_view view[PRISM_NR_TIERS],
-		       u64 now, u64 window)
+void prism_hold(struct prism_data *pd, struct blk_mq_hw_ctx *hctx,
+		enum prism_hold hold, int idle_tier, struct prism_flow *idle_fl,
+		u64 until, u64 now, u32 foreign)
 {
-	u64 end;
-
-	prism_mark_restart(hctx);
-	if (hold != PRISM_HOLD_WINDOW) {
+	prism_park(pd, foreign, now);
+	if (hold != PRISM_HOLD_NONE)
+		prism_mark_restart(hctx);
+	if (hold == PRISM_HOLD_WINDOW)
+		pd->held_window++;
+	else if (hold == PRISM_HOLD_FLOW)
+		pd->held_flow++;
+	else if (hold == PRISM_HOLD_DEPTH)
 		pd->held_depth++;
-		if (hold == PRISM_HOLD_DEPTH &&
-		    !prism_inflight(&pd->tier[PRISM_HIGH]) &&
-		    !prism_inflight(&pd->tier[PRISM_NORMAL]))
-			prism_wake_at(pd, now + PRISM_ACTIVE_NS, NSEC_PER_MSEC);
-		return;
-	}
-	pd->held_window++;
-	if (!pd->idle_since) {
-		int t;
-
-		/*
-		 * The device idles from now for the highest anticipated (or
-		 * chained) tier.
-		 */
-		for (t = 0; t < PRISM_NR_TIERS - 1 && !view[t].anticipated &&
-			    !view[t].chained; t++)
-			;
+	if (!pd->idle_since && (idle_tier >= 0 || idle_fl)) {
 		pd->idle_since = now;
-		pd->idle_tier = t;
-		pd->idle_flow = -1;
+		pd->idle_tier = idle_fl ? idle_fl->tier : idle_tier;
+		pd->idle_flow = idle_fl ? prism_flow_slot(pd, idle_fl) : -1;
 	}
-	end = prism_window_end(pd, view, window);
-	prism_wake_at(pd, max(end, now), NSEC_PER_USEC * 50);
+	if (until)
+		prism_wake_at(pd, max(until, now), NSEC_PER_USEC * 50);
 }
 
 /*
- * Held for the batch's flow @fl (PRISM_HOLD_FLOW): until its request in
- * the device completes (the restart flag runs the queue then), or, with
- * none there, until its window after its last completion closes. Only
- * the latter idles the device, and that time is the flow's.
+ * When a hold for flow @fl may end with time: its window after its last
+ * completion, or, with its request in the device (the restart mark ends
+ * the hold at its completion), the cap on waiting for it.
  */
-void prism_flow_hold(struct prism_data *pd, struct blk_mq_hw_ctx *hctx,
-		     struct prism_flow *fl, u64 now)
+u64 prism_flow_wait_end(struct prism_flow *fl)
 {
-	u64 end;
-
-	prism_mark_restart(hctx);
-	pd->held_flow++;
-	if (prism_flow_owned(fl)) {
-		end = fl->dispatch_ns + PRISM_FLOW_WAIT_MAX;
-	} else {
-		end = fl->think.last_done + fl->wait_window;
-		if (!pd->idle_since) {
-			pd->idle_since = now;
-			pd->idle_tier = fl->tier;
-			pd->idle_flow = prism_flow_slot(pd, fl);
-		}
-	}
-	prism_wake_at(pd, max(end, now), NSEC_PER_USEC * 50);
+	if (prism_flow_owned(fl))
+		return fl->dispatch_ns + PRISM_FLOW_WAIT_MAX;
+	return fl->think.last_done + fl->wait_window;
 }
 
 /*
@@ -568,25 +538,6 @@ static void prism_view_paced(struct prism_data *pd, struct prism_flight *f,
 }
 
 /*
- * Paced tiers held for their gap: the queue runs again when it ends, not
- * only at the next completion. The held tier is @first, the highest with
- * requests queued (prism_choose() holds no tier above it, and serves
- * none below it in its own right); its gap ends last of the tiers from
- * it down. The timer runs the queue then, unless it is set to run it
- * sooner (a window, a flow's wait, a refill), which sets this one again.
- */
-static void prism_paced_hold(struct prism_data *pd,
-			     const struct prism_flight *f, int first, u64 now)
-{
-	u64 wait = prism_paced_wait(f, first);
-
-	if (!wait)
-		return;
-	pd->held_paced++;
-	prism_wake_at(pd, now + wait, NSEC_PER_MSEC);
-}
-
-/*
  * prism_choose() on the full view of the tiers: false if nothing may be
  * dispatched now, after arranging for the queue to run again (a window,
  * depth, flow or rate hold). The tiers that had requests to offer go to
@@ -602,12 +553,13 @@ prism_choose_viewed(struct prism_data *pd, struct blk_mq_hw_ctx *hctx,
 		    struct prism_flow **waited)
 {
 	struct prism_tier_view view[PRISM_NR_TIERS];
+	struct prism_hold_ends ends;
 	struct prism_flight flight;
 	struct prism_flow *fl;
 	enum prism_hold hold;
-	u64 window = 0, rate;
+	u64 window = 0, rate, until;
 	u32 throttled = 0;
-	int t, first = PRISM_NR_TIERS;
+	int t, first = PRISM_NR_TIERS, idle_tier = -1;
 
 	for (t = 0; t < PRISM_NR_TIERS; t++) {
 		prism_tier_view(pd, t, &view[t]);
@@ -653,18 +605,26 @@ prism_choose_viewed(struct prism_data *pd, struct blk_mq_hw_ctx *hctx,
 	}
 	if (hold == PRISM_HOLD_NONE && !throttled)
 		return false;		/* nothing queued to hold */
-	/* Parked before the holds arm their timers, which unpark it. */
 	if (!*now)
 		*now = ktime_get_ns();
-	prism_park(pd, flight.foreign, *now);
-	if (hold == PRISM_HOLD_FLOW)
-		prism_flow_hold(pd, hctx, *waited, *now);
-	else if (hold != PRISM_HOLD_NONE)
-		prism_hold(pd, hctx, hold, view, *now, window);
-	if (hold == PRISM_HOLD_DEPTH && flight.lower_duty < PRISM_DUTY_FULL)
-		prism_paced_hold(pd, &flight, first, *now);
-	if (throttled)
-		prism_rate_hold(pd, tun, throttled, *now);
+	ends.now = *now;
+	ends.window = prism_window_end(pd, view, window);
+	ends.flow = *waited ? prism_flow_wait_end(*waited) : 0;
+	ends.refill = throttled ? prism_refill_end(pd, tun, throttled, *now) : 0;
+	until = prism_hold_until(hold, view, &flight, first, &ends);
+	if (hold == PRISM_HOLD_DEPTH && flight.lower_duty < PRISM_DUTY_FULL &&
+	    prism_paced_wait(&flight, first))
+		pd->held_paced++;
+	if (hold == PRISM_HOLD_WINDOW) {
+		/* The device idles for the highest tier held for. */
+		for (t = 0; t < PRISM_NR_TIERS - 1 && !view[t].anticipated &&
+			    !view[t].chained; t++)
+			;
+		idle_tier = t;
+	}
+	prism_hold(pd, hctx, hold, idle_tier,
+		   hold == PRISM_HOLD_FLOW && !prism_flow_owned(*waited) ?
+		   *waited : NULL, until, *now, flight.foreign);
 	return false;
 }
 

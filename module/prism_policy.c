@@ -681,6 +681,55 @@ u64 prism_paced_gap(u64 service, u32 duty)
  * requests may enter the device again (0: it may now). The gap counts
  * from the last of their requests to leave it.
  */
+/* The earlier of two times, 0 being none. */
+static u64 earliest(u64 a, u64 b)
+{
+	if (!a)
+		return b;
+	if (!b)
+		return a;
+	return a < b ? a : b;
+}
+
+/*
+ * Until when prism_choose()'s @hold lasts unless a completion ends it
+ * first (0: only a completion; the mechanism runs the queue at both).
+ * @first is the highest tier with requests offered. A rate-capped tier's
+ * refill ends its wait whatever else holds. A window hold lasts until the
+ * window of the tier held for closes, a flow's until its window does or
+ * its wait's cap is reached. A depth hold with nothing of HIGH or NORMAL
+ * in the device ends when their activity lapses (PRISM_ACTIVE_NS after
+ * now at most: the "recent" guard, the controller's limit), or, paced,
+ * when the gap of @first and the tiers below has passed.
+ */
+u64 prism_hold_until(enum prism_hold hold,
+		     const struct prism_tier_view view[PRISM_NR_TIERS],
+		     const struct prism_flight *f, int first,
+		     const struct prism_hold_ends *e)
+{
+	u64 until = e->refill, wait;
+
+	switch (hold) {
+	case PRISM_HOLD_WINDOW:
+		until = earliest(until, e->window);
+		break;
+	case PRISM_HOLD_FLOW:
+		until = earliest(until, e->flow);
+		break;
+	case PRISM_HOLD_DEPTH:
+		if (!view[PRISM_HIGH].inflight && !view[PRISM_NORMAL].inflight)
+			until = earliest(until, e->now + PRISM_ACTIVE_NS);
+		wait = f->lower_duty < PRISM_DUTY_FULL && first < PRISM_NR_TIERS ?
+		       prism_paced_wait(f, first) : 0;
+		if (wait)
+			until = earliest(until, e->now + wait);
+		break;
+	case PRISM_HOLD_NONE:
+		break;
+	}
+	return until;
+}
+
 u64 prism_paced_wait(const struct prism_flight *f, int tier)
 {
 	u64 gap = prism_paced_gap(f->lower_service, f->lower_duty);

@@ -685,6 +685,26 @@ u64 prism_paced_gap(u64 service, u32 duty);
 u64 prism_paced_wait(const struct prism_flight *f, int tier);
 
 /*
+ * The times at which something the view holds for may end with time
+ * alone, in ns on the clock of @now (0: none applies), for
+ * prism_hold_until(): the earliest anticipated or chained tier's window
+ * close, the waited flow's (its window after its last completion, or the
+ * cap on waiting for its request in the device), the earliest refill of
+ * a rate-capped tier's bucket.
+ */
+struct prism_hold_ends {
+	u64 now;
+	u64 window;
+	u64 flow;
+	u64 refill;
+};
+
+u64 prism_hold_until(enum prism_hold hold,
+		     const struct prism_tier_view view[PRISM_NR_TIERS],
+		     const struct prism_flight *f, int first,
+		     const struct prism_hold_ends *e);
+
+/*
  * The anticipation window: the tunable, or automatically the service time
  * of a LOW request on an idle device, within 0.5-20 ms. That is the break
  * even: waiting W for the next link costs the tiers below at most W of

@@ -1521,6 +1521,54 @@ TEST(pacing_below_one_request_halves_grows_and_lifts)
 	CHECK_EQ(d.duty, 1);
 }
 
+TEST(a_hold_lasts_until_its_earliest_end)
+{
+	struct prism_tier_view v[PRISM_NR_TIERS];
+	struct prism_flight f = {
+		.depth = 8, .lower_limit = 8, .lower_duty = PRISM_DUTY_FULL,
+	};
+	struct prism_hold_ends e = {
+		.now = 1000 * MS, .window = 1003 * MS, .flow = 1008 * MS,
+	};
+
+	view_clear(v);
+	/* Each hold its own end; nothing held, no end. */
+	CHECK_EQ(prism_hold_until(PRISM_HOLD_WINDOW, v, &f, PRISM_LOW, &e),
+		 1003 * MS);
+	CHECK_EQ(prism_hold_until(PRISM_HOLD_FLOW, v, &f, PRISM_LOW, &e),
+		 1008 * MS);
+	CHECK_EQ(prism_hold_until(PRISM_HOLD_NONE, v, &f, PRISM_LOW, &e), 0);
+	/* A refill ends any hold it comes before, and stands alone. */
+	e.refill = 1001 * MS;
+	CHECK_EQ(prism_hold_until(PRISM_HOLD_WINDOW, v, &f, PRISM_LOW, &e),
+		 1001 * MS);
+	CHECK_EQ(prism_hold_until(PRISM_HOLD_NONE, v, &f, PRISM_LOW, &e),
+		 1001 * MS);
+	e.refill = 0;
+	/*
+	 * A depth hold: a completion ends it while HIGH or NORMAL is in the
+	 * device; with neither there, their activity lapses with time.
+	 */
+	v[PRISM_NORMAL].inflight = 1;
+	CHECK_EQ(prism_hold_until(PRISM_HOLD_DEPTH, v, &f, PRISM_LOW, &e), 0);
+	v[PRISM_NORMAL].inflight = 0;
+	CHECK_EQ(prism_hold_until(PRISM_HOLD_DEPTH, v, &f, PRISM_LOW, &e),
+		 1000 * MS + PRISM_ACTIVE_NS);
+	/* Paced: at the end of the lower tiers' gap, if that comes first. */
+	v[PRISM_NORMAL].inflight = 1;
+	f.lower_duty = 20;
+	f.lower_service = 10 * MS;	/* a 40 ms gap */
+	f.quiet[PRISM_LOW] = 30 * MS;
+	CHECK_EQ(prism_hold_until(PRISM_HOLD_DEPTH, v, &f, PRISM_LOW, &e),
+		 1010 * MS);
+	v[PRISM_NORMAL].inflight = 0;
+	CHECK_EQ(prism_hold_until(PRISM_HOLD_DEPTH, v, &f, PRISM_LOW, &e),
+		 1010 * MS);
+	f.quiet[PRISM_LOW] = 40 * MS;	/* the gap has passed */
+	CHECK_EQ(prism_hold_until(PRISM_HOLD_DEPTH, v, &f, PRISM_LOW, &e),
+		 1000 * MS + PRISM_ACTIVE_NS);
+}
+
 TEST(paced_lower_tier_waits_its_gap_alone)
 {
 	CHOOSE_SETUP;
