@@ -664,6 +664,25 @@ def test_tradeoff_points_pair_the_bulk_job_with_none():
                                   "6.12", "database_backup") == []
 
 
+def test_the_frontier_and_who_dominates_whom():
+    def pt(sched, x, y):
+        return {"scheduler": sched, "x": x, "y": y, "x_low": x, "x_high": x,
+                "y_low": y, "y_high": y}
+    points = [pt("none", 3.0, 1.0), pt("bfq", 1.8, 0.7), pt("kyber", 1.1, 0.3),
+              pt("prism:low_share=5", 1.2, 0.5), pt("prism", 1.4, 0.9),
+              pt("prism:low_share=25", 2.0, 1.2), pt("prism:low_share=15", 1.6, 0.8)]
+    # low_share=15 is beaten by the default (better on both): off the line.
+    assert [p["scheduler"] for p in report.frontier(points)] == [
+        "prism:low_share=5", "prism", "prism:low_share=25"]
+    lines = report.dominance_lines(points)
+    assert len(lines) == 3
+    assert lines[0].startswith("- none (") and "dominated by prism:low_share=25" in lines[0]
+    assert "bfq" in lines[1] and "dominated by prism (isolation 1.40" in lines[1]
+    assert "kyber" in lines[2] and "not dominated" in lines[2]
+    assert "best protection 1.20 (prism:low_share=5" in lines[2]
+    assert report.dominance_lines([pt("none", 3.0, 1.0)]) == []
+
+
 def test_histogram_logs_become_per_second_p99(tmp_path):
     # fio bins: below 128 one per ns; bin 128 starts the group of width 2.
     assert stats.hist_bin_value(5) == 5 and stats.hist_bin_value(127) == 127

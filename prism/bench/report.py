@@ -232,6 +232,53 @@ def tradeoff_points(runs: list[dict], summaries: list[dict], kernel: str,
     return out
 
 
+def in_family(sched: str, subject: str = "prism") -> bool:
+    """Whether @sched is @subject, alone or with tunables (prism:low_share=5)."""
+    return sched == subject or sched.startswith(subject + ":")
+
+
+def frontier(points: list[dict], subject: str = "prism") -> list[dict]:
+    """@subject's settings among the trade-off @points that no other of
+    them beats on both axes (lower isolation ratio, more bulk progress),
+    by isolation: the line a swept knob draws, each point the best
+    progress for that protection."""
+    mine = sorted((p for p in points if in_family(p["scheduler"], subject)),
+                  key=lambda p: (p["x"], -p["y"]))
+    out: list[dict] = []
+    for p in mine:
+        if not out or p["y"] > out[-1]["y"]:
+            out.append(p)
+    return out
+
+
+def dominance_lines(points: list[dict], subject: str = "prism") -> list[str]:
+    """For each other scheduler of the trade-off: the setting of
+    @subject that protects the high job at least as well and moves the
+    bulk job at least as fast (it dominates the peer), or that none
+    does, with the setting that protects best and the one that moves the
+    bulk job most. Point estimates: the intervals are in the plot."""
+    mine = [p for p in points if in_family(p["scheduler"], subject)]
+    if not mine:
+        return []
+    lines = []
+    for peer in (p for p in points if not in_family(p["scheduler"], subject)):
+        beat = [p for p in mine if p["x"] <= peer["x"] and p["y"] >= peer["y"]]
+        where = (f"{peer['scheduler']} (isolation {peer['x']:.2f}, bulk {peer['y']:.2f} "
+                 "of none's)")
+        if beat:
+            best = min(beat, key=lambda p: (p["x"], -p["y"]))
+            lines.append(f"- {where}: dominated by {best['scheduler']} (isolation "
+                         f"{best['x']:.2f}, bulk {best['y']:.2f})")
+            continue
+        prot = min(mine, key=lambda p: p["x"])
+        prog = max(mine, key=lambda p: p["y"])
+        lines.append(f"- {where}: not dominated; {subject}'s best protection "
+                     f"{prot['x']:.2f} ({prot['scheduler']}, bulk {prot['y']:.2f}), its most "
+                     f"bulk progress {prog['y']:.2f} ({prog['scheduler']}, isolation "
+                     f"{prog['x']:.2f})")
+    return lines
+
+
 def scheduler_colors(scheds: list[str]) -> dict[str, tuple]:
     """One colour per scheduler variant, the same in every plot of a report."""
     import matplotlib
@@ -352,6 +399,13 @@ def tradeoff_figure(plt, points: list[dict], w, title: str, colors: dict):
             zorder=4, linestyle="none")
     ax.axvline(1.0, color="grey", lw=0.5)
     ax.axhline(1.0, color="grey", lw=0.5)
+    line = frontier(points)
+    if len(line) >= 2:
+        # prism's settings swept: the protection each buys, and its price.
+        ax.plot([p["x"] for p in line], [p["y"] for p in line], linestyle="--", lw=1,
+                color=colors.get(line[0]["scheduler"], "grey"), zorder=2,
+                label="prism's frontier")
+        ax.legend(fontsize=8, loc="lower right")
     for p in points:
         ax.errorbar([p["x"]], [p["y"]], xerr=[[p["x"] - p["x_low"]], [p["x_high"] - p["x"]]],
                     yerr=[[p["y"] - p["y_low"]], [p["y_high"] - p["y"]]], fmt="o",
@@ -645,6 +699,12 @@ def report_md(out: Path, command: str, plan: dict, runs: list[dict],
                                  + " | ".join(_fmt(s["metrics"].get("share"), 0.01, 1) + " %"
                                               for s in jobs) + " |")
                 lines.append("")
+            stands = dominance_lines(tradeoff_points(runs, summaries, kernel, workload))
+            if stands:
+                lines += ["Where prism stands against each other scheduler in the trade-off "
+                          "(isolation: lower is better; bulk: its throughput over none's, "
+                          "higher is better; dominated: a prism setting at least as good on "
+                          "both):", ""] + stands + [""]
             mine = [r for r in runs if r["kernel"] == kernel and r["workload"] == workload]
             lines += machine_table(mine)
             lines += flight_table(mine)
