@@ -269,6 +269,14 @@ struct prism_learn_acc {
 #define PRISM_LEARN_FOLD	(HZ / 10)
 
 struct prism_data {
+	/*
+	 * The one lock (see the top of prism_sched.c). Taken in task context
+	 * only: insert, dispatch (from the submitter or kblockd), bio_merge,
+	 * the sysfs stores and debugfs shows; never by the completion hooks,
+	 * which may run in hard interrupt context, nor by the timer. So it
+	 * may sleep where PREEMPT_RT makes spinlock_t an rt_mutex, and needs
+	 * no irq-disabling variant anywhere.
+	 */
 	spinlock_t lock;
 	/*
 	 * Requests on any FIFO or the dispatch list: has_work(), which the
