@@ -12,6 +12,7 @@
   prism blktests --kernel 6.12      blktests' block tests with prism loaded, one boot
   prism bench run --workload W ...  the benchmark: workloads x schedulers x reps
   prism demo [--quick]              seed 000's database + backup, all five schedulers, hdd
+  prism status [DEV...]             what prism is doing on this machine's disks (reads only)
   prism profile                     instructions per I/O by kernel function, per scheduler
   prism disk serve --profile hdd    serve the emulated disk over NBD (host side)
   prism disk params --profile hdd   print the model's parameter file
@@ -105,6 +106,18 @@ def cmd_build(args) -> int:
         if args.twin:
             ko = twin.build_twin(k, fetch=not args.no_fetch)
             kernels.log(f"built {ko} ({TWIN_SCHEDULER}: prism at {twin.TWIN_REV})")
+    return 0
+
+
+def cmd_status(args) -> int:
+    """What prism is doing on this machine's disks: sysfs and debugfs."""
+    from . import status
+    for dev in args.devs:
+        if not (status.SYS_BLOCK / dev / "queue" / "scheduler").exists():
+            raise UsageError(f"{dev}: no such disk with an I/O scheduler under "
+                             f"{status.SYS_BLOCK}")
+    records = status.status(args.devs or None)
+    print(status.to_json(records) if args.json else status.format_status(records), end="")
     return 0
 
 
@@ -445,6 +458,13 @@ def parser() -> argparse.ArgumentParser:
                         "names of its own, which loads beside prism (6.1 and 6.12 only; "
                         "prism bench run builds it when --schedulers names it)")
     p.set_defaults(func=cmd_build)
+
+    p = sub.add_parser("status", help="what prism is doing on this machine's disks: the "
+                       "scheduler, changed tunables, tiers, holds, latency (reads only; "
+                       "prism's part of it needs root and debugfs)")
+    p.add_argument("devs", nargs="*", metavar="DEV", help="disks (default: every one)")
+    p.add_argument("--json", action="store_true", help="the same as JSON")
+    p.set_defaults(func=cmd_status)
 
     p = sub.add_parser("checkpatch", help="checkpatch.pl --no-tree -f on the module")
     p.add_argument("--kernel", default="6.12",

@@ -1447,6 +1447,13 @@ def check_latency_hist(ctx) -> dict:
     ms = {"low_read_wait": p50("wait", "low read"), "high_write_wait": p50("wait", "high write"),
           "low_read_device": p50("device", "low read"),
           "high_write_device": p50("device", "high write")}
+    # prism status reads the same files as an operator's tool: it must
+    # parse what the module writes.
+    from .. import status
+    st = status.disk_status(dev)
+    status_ok = (st["scheduler"] == "prism" and sorted(st.get("tiers", {})) ==
+                 ["high", "low", "normal"] and "device_depth" in st.get("flight", {})
+                 and bool(st.get("latency")) and "prism" in status.format_status([st]))
     path = g.prism_latency_path(dev)
     try:
         path.write_text("x\n")
@@ -1467,7 +1474,7 @@ def check_latency_hist(ctx) -> dict:
              and low_wait > high_wait)
     balanced = conservation(dev)["balanced"]
     return {"ok": (off_empty and counted and timed and refused and kept and emptied
-                   and stopped and balanced),
+                   and stopped and balanced and status_ok), "status_ok": status_ok,
             "off_empty": off_empty, "off_dispatched": off_dispatched,
             "books": books, "p50_ms": ms, "bad_write_refused": refused, "kept": kept,
             "emptied": emptied, "stopped": stopped, "balanced": balanced}
