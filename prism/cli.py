@@ -343,6 +343,24 @@ def cmd_bench_report(args) -> int:
     return 0
 
 
+def cmd_bench_index(args) -> int:
+    """docs/results/README.md from the reports' results.json."""
+    from .bench import index
+    results = Path(args.results)
+    if not results.is_dir():
+        raise UsageError(f"{results}: no such directory")
+    text = index.index_md(results)
+    out = results / "README.md"
+    if args.check:
+        if not out.exists() or out.read_text() != text:
+            print(f"{out} is not current: run prism bench index", file=sys.stderr)
+            return 1
+        return 0
+    out.write_text(text)
+    print(f"prism: wrote {out} ({len(index.load(results))} reports)")
+    return 0
+
+
 def cmd_bench_list(args) -> int:
     for w in workloads.WORKLOADS.values():
         print(f"{w.name:<18} seed {w.seed}: {w.description}")
@@ -562,6 +580,15 @@ def parser() -> argparse.ArgumentParser:
                         "the database is built once per scale on the host")
     p.add_argument("--out", required=True, help="directory for the report")
     p.set_defaults(func=cmd_bench_run)
+    p = bsub.add_parser("index", help="write docs/results/README.md, the index of the "
+                        "committed reports, from their results.json")
+    p.add_argument("--results", default=str(Path(__file__).resolve().parents[1] / "docs"
+                                            / "results"),
+                   help="the reports' directory (default: the checkout's docs/results)")
+    p.add_argument("--check", action="store_true",
+                   help="only say whether the index is current (exit 1 if not)")
+    p.set_defaults(func=cmd_bench_index)
+
     p = bsub.add_parser("report", help="write a report again from its raw runs")
     p.add_argument("dir", metavar="DIR", help="a report directory made by prism bench run")
     p.add_argument("--out", metavar="OUT",
