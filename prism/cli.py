@@ -111,7 +111,7 @@ def cmd_build(args) -> int:
 
 def cmd_status(args) -> int:
     """What prism is doing on this machine's disks: sysfs and debugfs."""
-    from . import status
+    from .guest import status
     for dev in args.devs:
         if not (status.SYS_BLOCK / dev / "queue" / "scheduler").exists():
             raise UsageError(f"{dev}: no such disk with an I/O scheduler under "

@@ -1,4 +1,4 @@
-"""The package's layers (README, Repository): each subpackage of prism/
+"""The package's layers (docs/layout.md): each subpackage of prism/
 imports only the layers below it, so the tree reads as the data flow,
 plan on the host -> run in the guest -> report on the host."""
 

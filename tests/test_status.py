@@ -5,7 +5,8 @@ import json
 
 import pytest
 
-from prism import cli, status
+from prism import cli
+from prism.guest import status
 from prism.guest.selftest import KEYWORD_TUNABLES, TUNABLES
 
 TIERS = ("tier queued inserted requeued dispatched merged aged shared expired completed "

@@ -10,8 +10,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .common import stats
-from .guest.selftest import KEYWORD_TUNABLES, TUNABLES
+from ..common import stats
+from .selftest import KEYWORD_TUNABLES, TUNABLES
 
 SYS_BLOCK = Path("/sys/block")
 DEBUGFS = Path("/sys/kernel/debug")
