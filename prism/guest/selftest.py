@@ -1687,8 +1687,12 @@ def check_mapping_flips(ctx) -> dict:
         tiers = books["tiers"]
         merged = sum(tt["merged"] for tt in tiers.values())
         g.set_scheduler(dev, "prism")       # defaults again for the checks after
+    # Enough merges to have crossed the mappings many times: 67-78 on 6.1
+    # and 6.12 (2026-12-04) with be_tiers flipping, where every job changes
+    # tier at each flip and, with all four in one tier, the disk idles for
+    # each process in turn (v2's flips moved two jobs: 130-185 merges).
     ok = (books["balanced"] and all(f == 0 for f in flips) and len(flips) > 100
-          and merged > 100 and all(j["error"] == 0 for j in rep["jobs"]))
+          and merged > 40 and all(j["error"] == 0 for j in rep["jobs"]))
     return {"ok": ok, "flips": len(flips), "merged": merged,
             "writes": sum(j["write"]["total_ios"] for j in rep["jobs"]), **books}
 
