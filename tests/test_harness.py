@@ -492,3 +492,14 @@ def test_tuning_guide_documents_every_tunable_with_its_default():
     v2_only = {"be_high_max", "be_low_min", "normal_rate_kbps", "front_merges", "latency_hist",
                "anticipate_us", "flow_idle_us", "fair_depth", "sort_mode", "quantum_us"}
     assert not named & v2_only, f"the README names removed tunables: {named & v2_only}"
+
+
+def test_readme_stays_an_operators_page():
+    """The README is read in ten minutes (issue 43: at most about 500
+    lines); reference, design and results live under docs/, and every
+    link it has resolves."""
+    text = (REPO / "README.md").read_text()
+    assert len(text.splitlines()) <= 500
+    for target in re.findall(r"\]\(([^)#\s]+)", text):
+        if not target.startswith("http"):
+            assert (REPO / target).exists(), f"README links to {target}, which is missing"
