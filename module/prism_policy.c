@@ -77,6 +77,12 @@ void prism_set_be_tiers(struct prism_tunables *t, int n)
 	t->be_low_min = n == 1 ? 8 : 6;
 }
 
+/* The be_tiers that prism_set_be_tiers() set. */
+int prism_be_tiers(const struct prism_tunables *t)
+{
+	return t->be_high_max < 0 ? 1 : 3;
+}
+
 bool prism_tunables_valid(const struct prism_tunables *t)
 {
 	/* The two BE cut-offs may not cross: a level is in exactly one tier. */

@@ -305,6 +305,7 @@ static inline bool prism_time_after_eq(unsigned long a, unsigned long b)
 
 void prism_tunables_init(struct prism_tunables *t, unsigned int hz);
 void prism_set_be_tiers(struct prism_tunables *t, int n);
+int prism_be_tiers(const struct prism_tunables *t);
 
 /*
  * The hot-path helpers below are inline: limit_depth() and insert run them

@@ -88,7 +88,7 @@ static int prism_attr_get(const struct prism_tunables *t, enum prism_attr_id id)
 	case PRISM_ATTR_FIFO_BATCH:
 		return t->fifo_batch;
 	case PRISM_ATTR_BE_TIERS:
-		return t->be_high_max < 0 ? 1 : 3;
+		return prism_be_tiers(t);
 	case PRISM_ATTR_NORMAL_SHARE:
 		return t->share[PRISM_NORMAL];
 	case PRISM_ATTR_LOW_SHARE:

@@ -58,8 +58,8 @@ def test_status_reads_prism_and_names_what_changed(fake):
     assert recs["vda"]["scheduler"] == "mq-deadline" and "tiers" not in recs["vda"]
     sda = recs["sda"]
     assert sda["changed"] == {"low_share": "5"}
-    assert sda["tiers"]["low"]["queued"] == "7" and sda["tiers"]["high"]["inflight"] == "1"
-    assert sda["flight"]["lower_limit"] == "2" and sda["flight"]["tags_short"] == "1"
+    assert sda["tiers"]["low"]["queued"] == 7 and sda["tiers"]["high"]["inflight"] == 1
+    assert sda["flight"]["lower_limit"] == 2 and sda["flight"]["tags_short"] == 1
     lat = sda["latency"]["device high read"]
     assert lat["n"] == 100 and 1.0 <= lat["p50_ms"] <= 2.0 and 2.0 <= lat["p99_ms"] <= 4.0
     assert "wait high read" not in sda["latency"]    # counted nothing

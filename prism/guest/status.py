@@ -12,6 +12,7 @@ from pathlib import Path
 
 from ..common import stats
 from .selftest import KEYWORD_TUNABLES, TUNABLES
+from .system import parse_prism_latency, parse_prism_table
 
 SYS_BLOCK = Path("/sys/block")
 DEBUGFS = Path("/sys/kernel/debug")
@@ -31,47 +32,18 @@ def _read(path: Path) -> str | None:
         return None
 
 
-def parse_table(text: str) -> tuple[dict[str, dict[str, str]], dict[str, str]]:
-    """A prism debugfs file: a header line of column names and a row per
-    name (tiers, flight), and lines of key=value pairs; as ({row name:
-    {column: value}}, {key: value})."""
-    rows: dict[str, dict[str, str]] = {}
-    pairs: dict[str, str] = {}
-    lines = text.splitlines()
-    header = lines[0].split() if lines and "=" not in lines[0] else []
-    for line in lines[1:] if header else lines:
-        f = line.split()
-        if not f:
-            continue
-        if "=" in f[0]:
-            for kv in f:
-                key, eq, val = kv.partition("=")
-                if eq:
-                    pairs[key] = val
-        elif len(f) == len(header):
-            rows[f[0]] = dict(zip(header[1:], f[1:], strict=True))
-    return rows, pairs
-
-
 def latency_percentiles(text: str) -> dict[str, dict]:
-    """debugfs "latency": per "kind tier direction" that counted
-    anything, its count and P50 and P99 in ms (stats.hist_quantile)."""
-    lines = text.splitlines()
-    if not lines or not lines[0].startswith("bucket_ns"):
+    """debugfs "latency" (system.parse_prism_latency()): per "kind tier
+    direction" that counted anything, its count and P50 and P99 in ms."""
+    if not text.startswith("bucket_ns"):
         return {}
-    bounds = [int(v) for v in lines[0].split()[1:]]
+    lat = parse_prism_latency(text)
     out = {}
-    for line in lines[1:]:
-        f = line.split()
-        if len(f) < 4:
-            continue
-        counts = {i: int(v) for i, v in enumerate(f[3:]) if int(v)}
-        n = sum(counts.values())
-        if n:
-            p50 = stats.hist_quantile(bounds, counts, 0.5)
-            p99 = stats.hist_quantile(bounds, counts, 0.99)
-            out[" ".join(f[:3])] = {"n": n, "p50_ms": p50 and p50 / 1e6,
-                                    "p99_ms": p99 and p99 / 1e6}
+    for key, counts in lat["hists"].items():
+        p50 = stats.hist_quantile(lat["bounds_ns"], counts, 0.5)
+        p99 = stats.hist_quantile(lat["bounds_ns"], counts, 0.99)
+        out[key] = {"n": sum(counts.values()), "p50_ms": p50 and p50 / 1e6,
+                    "p99_ms": p99 and p99 / 1e6}
     return out
 
 
@@ -96,8 +68,8 @@ def disk_status(dev: str) -> dict:
         out["debugfs"] = (f"{sched} not readable: as root, with debugfs mounted "
                           "(mount -t debugfs none /sys/kernel/debug)")
         return out
-    out["tiers"] = parse_table(tiers)[0]
-    _, flight = parse_table(_read(sched / "flight") or "")
+    out["tiers"] = parse_prism_table(tiers)
+    flight = parse_prism_table(_read(sched / "flight") or "")
     out["flight"] = {k: flight[k] for k in FLIGHT_KEYS if k in flight}
     out["latency"] = latency_percentiles(_read(sched / "latency") or "")
     return out
@@ -114,7 +86,7 @@ def status(devs: list[str] | None = None) -> list[dict]:
     return [disk_status(d) for d in (devs or disks())]
 
 
-def _num(v: str | float | None, digits: int = 0) -> str:
+def _num(v: float | None, digits: int = 0) -> str:
     if v is None:
         return "-"
     return f"{float(v):,.{digits}f}"
@@ -146,7 +118,7 @@ def format_status(records: list[dict]) -> str:
             duty = f.get("lower_duty")
             out.append(f"  lower tiers in the device: at most {f.get('lower_limit', '-')} of "
                        f"{f.get('device_depth', '-')}"
-                       + (f", paced at {duty}% duty" if duty and duty != "100" else "")
+                       + (f", paced at {duty}% duty" if duty and duty != 100 else "")
                        + f"; target {f.get('target_us', '-')} us, idle window "
                        f"{f.get('window_us', '-')} us")
             out.append(f"  held: {f.get('held_window', 0)} for a window, "

@@ -245,32 +245,32 @@ def write_tunable(dev: str, name: str, value) -> int:
     return write_rc(tunable_path(dev, name), str(value))
 
 
+def parse_prism_table(text: str) -> dict:
+    """A prism debugfs file of a header line and a row per name (tiers,
+    flight), then perhaps lines of key=value pairs (flight): {row name:
+    {column: value}}, and each pair at the top level; all values int."""
+    lines = text.split("\n")
+    header = lines[0].split()
+    out: dict = {}
+    for line in lines[1:]:
+        f = line.split()
+        if len(f) == len(header) and "=" not in f[0]:
+            out[f[0]] = {k: int(v) for k, v in zip(header[1:], f[1:], strict=True)}
+        elif f:
+            out.update({k: int(v) for k, v in (kv.split("=", 1) for kv in f)})
+    return out
+
+
 def prism_tiers(dev: str) -> dict[str, dict[str, int]]:
     """prism's per-tier counters from debugfs."""
     mount_debugfs()
-    lines = (DEBUGFS / "block" / dev / "sched" / "tiers").read_text().split("\n")
-    header = lines[0].split()
-    out = {}
-    for line in lines[1:]:
-        if line.strip():
-            f = line.split()
-            out[f[0]] = {k: int(v) for k, v in zip(header[1:], f[1:], strict=True)}
-    return out
+    return parse_prism_table((DEBUGFS / "block" / dev / "sched" / "tiers").read_text())
 
 
 def prism_flight(dev: str) -> dict:
     """prism's in-flight control from debugfs: per tier, and the controller."""
     mount_debugfs()
-    lines = (DEBUGFS / "block" / dev / "sched" / "flight").read_text().split("\n")
-    header = lines[0].split()
-    out: dict = {}
-    for line in lines[1:]:
-        f = line.split()
-        if len(f) == len(header):
-            out[f[0]] = {k: int(v) for k, v in zip(header[1:], f[1:], strict=True)}
-        elif f:
-            out.update({k: int(v) for k, v in (kv.split("=", 1) for kv in f)})
-    return out
+    return parse_prism_table((DEBUGFS / "block" / dev / "sched" / "flight").read_text())
 
 
 # Every task with its state and where it sleeps ("D": waiting on I/O).
@@ -329,11 +329,16 @@ def prism_latency_path(dev: str) -> Path:
 
 
 def prism_latency(dev: str) -> dict:
-    """prism's latency histograms from debugfs: the buckets' lower bounds
-    in ns, and per "kind tier direction" (e.g. "device high read") the
-    buckets that counted anything, as {bucket index: count}."""
+    """prism's latency histograms from debugfs (parse_prism_latency())."""
     mount_debugfs()
-    lines = prism_latency_path(dev).read_text().split("\n")
+    return parse_prism_latency(prism_latency_path(dev).read_text())
+
+
+def parse_prism_latency(text: str) -> dict:
+    """debugfs "latency": the buckets' lower bounds in ns, and per "kind
+    tier direction" (e.g. "device high read") the buckets that counted
+    anything, as {bucket index: count}."""
+    lines = text.split("\n")
     bounds = [int(v) for v in lines[0].split()[1:]]
     hists = {}
     for line in lines[1:]:

@@ -108,8 +108,10 @@ TEST(classify_cutoffs_follow_be_tiers)
 		CHECK_EQ(prism_classify(PRISM_CLASS_BE, level, &t),
 			 PRISM_NORMAL);
 	CHECK(prism_tunables_valid(&t));
+	CHECK_EQ(prism_be_tiers(&t), 1);
 	/* be_tiers=3 is the default mapping again. */
 	prism_set_be_tiers(&t, 3);
+	CHECK_EQ(prism_be_tiers(&t), 3);
 	CHECK_EQ(t.be_high_max, defaults().be_high_max);
 	CHECK_EQ(t.be_low_min, defaults().be_low_min);
 	prism_set_be_tiers(&t, 1);
