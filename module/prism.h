@@ -98,7 +98,11 @@ extern const char *const prism_fifo_name[PRISM_NR_FIFOS];
 /*
  * Flows: the work of one process (thread group) at one tier, each with its
  * own FIFO lists and sort trees; a tier's backlogged flows share it by
- * weight in WF2Q+ virtual time (see prism_policy.h). Slots live in a
+ * weight in WF2Q+ virtual time (see prism_policy.h). A process's I/O in a
+ * cgroup (struct prism_group) is a flow of that cgroup's group: the tier
+ * shares among its own flows (the root cgroup's processes) and its
+ * groups, and a group among its flows, in a fair queue of its own (two
+ * levels, as bfq's groups hold queues). Slots live in a
  * fixed table per queue, PRISM_NR_FLOWS private ones found by hashing the
  * (process, tier) key with a short linear probe, and one shared flow per
  * tier for whatever does not find a slot: memory does not grow with the
@@ -115,13 +119,14 @@ extern const char *const prism_fifo_name[PRISM_NR_FIFOS];
 
 struct prism_flow {
 	/*
-	 * (process, tier), see prism_flow_key(); 0 for a free slot and the
-	 * shared flows. Written under the lock, read locklessly by
+	 * (process, tier, group), see prism_flow_key(); 0 for a free slot and
+	 * the shared flows. Written under the lock, read locklessly by
 	 * limit_depth() with inserted, finished and rt.
 	 */
 	u32 key;
 	u32 id;			/* the process (tgid); 0 for a shared flow */
 	enum prism_tier tier;
+	struct prism_group *group;	/* its cgroup's, NULL: the tier's own */
 	bool rt;		/* its last request was RT: no tag limit */
 	u16 slot;		/* its index in pd->flows, for good */
 	struct list_head fifo[PRISM_NR_FIFOS];	/* arrival order */
@@ -161,14 +166,52 @@ struct prism_flow {
 	char comm[TASK_COMM_LEN];
 };
 
+/*
+ * The entity (flow or group) that last became backlogged in a fair queue,
+ * -1 for none, and its weight: see prism_note_weight().
+ */
+struct prism_weight_note {
+	int last;
+	u32 weight;
+};
+
+/*
+ * Groups: one cgroup's flows at one tier (prism_cgroup_of() finds a
+ * request's cgroup; the root cgroup's processes have none). A group is
+ * one entity in its tier's fair queue, of its cgroup's io.prism.weight,
+ * and holds its flows' fair queue. Slots live in a fixed table per queue
+ * like the flows', found by hashing (cgroup, tier); a slot is given to
+ * another group once no flow is keyed to it and it owes its tier
+ * nothing (or has been idle a second). With no slot free, a cgroup's
+ * flows join the tier's own, as the root cgroup's. The key of a flow
+ * holds the group's slot (plus one), so at most 63.
+ */
+#define PRISM_GROUP_BITS	5
+#define PRISM_NR_GROUPS		(1U << PRISM_GROUP_BITS)
+#define PRISM_GROUP_PROBE	8
+
+struct prism_group {
+	u64 id;			/* cgroup_id(); 0 for a free slot */
+	enum prism_tier tier;
+	u16 slot;		/* its index in pd->groups, for good */
+	u32 nr_flows;		/* flows keyed to it */
+	struct list_head active;	/* on its tier's backlogged groups */
+	struct prism_fq fq;		/* its backlogged flows' */
+	struct prism_fq_flow ent;	/* itself, in its tier's fair queue */
+	struct prism_weight_note note;	/* its flows' weights (see below) */
+	u64 dispatched;
+	u64 cost;		/* ns of estimated device time served */
+	u64 bytes;
+	unsigned long last_used;	/* jiffies of its last insert */
+};
+
 struct prism_tier_queue {
 	u32 queued[PRISM_NR_FIFOS];		/* on its flows' fifo[] */
 	u32 queued_head;			/* on prism_data.dispatch */
 	struct list_head active;		/* backlogged flows */
+	struct list_head groups;		/* backlogged groups */
 	struct prism_fq fq;
-	/* The flow that last became backlogged (slot, -1: none) and its weight. */
-	int last_flow;
-	u32 last_weight;
+	struct prism_weight_note note;
 
 	/*
 	 * Statistics, under prism_data.lock except the atomics. inserted is
@@ -338,7 +381,9 @@ struct prism_data {
 	u32 learn_tick;
 	unsigned long learn_folded;
 	u64 flow_overflows;		/* requests that found no flow slot */
+	u64 group_overflows;		/* ... and no group slot */
 	struct prism_flow *flows;	/* PRISM_FLOW_SLOTS */
+	struct prism_group *groups;	/* PRISM_NR_GROUPS */
 	/* (thread, tier) of recent inserts, for limit_depth(); see policy. */
 	u32 recent[PRISM_NR_RECENT];
 	/*
@@ -498,7 +543,15 @@ static __always_inline u64 prism_flow_window_now(struct prism_data *pd,
 
 /* prism_flow.c: flows, their lists, the direct lane, the dispatch choice. */
 void prism_flow_reset(struct prism_data *pd, struct prism_flow *fl,
-		      u32 key, u32 id, enum prism_tier tier);
+		      u32 key, u32 id, enum prism_tier tier,
+		      struct prism_group *g);
+struct prism_group *prism_group_find(struct prism_data *pd, u64 id,
+				     enum prism_tier tier);
+struct prism_group *prism_group_get(struct prism_data *pd, u64 id,
+				    enum prism_tier tier, u32 weight);
+void prism_flow_charge(struct prism_data *pd, struct prism_flow *fl,
+		       u64 cost);
+void prism_flow_deactivate(struct prism_data *pd, struct prism_flow *fl);
 void prism_flow_queue(struct prism_data *pd, struct request *rq);
 void prism_lane_spill(struct prism_data *pd);
 void prism_lane_close(struct prism_data *pd);
@@ -643,10 +696,14 @@ static inline int prism_flow_slot(struct prism_data *pd,
 	return fl->slot;	/* not fl - pd->flows: a division */
 }
 
-/* pid_max is at most 2^22: (process, tier) fits, with a bit never 0. */
-static inline u32 prism_flow_key(u32 id, enum prism_tier tier)
+/*
+ * (process, tier, group) as prism_recent_key() packs it (the group's slot
+ * plus one, 0 for the tier's own flows), with a bit never 0.
+ */
+static inline u32 prism_flow_key(u32 id, enum prism_tier tier,
+				 const struct prism_group *g)
 {
-	return BIT(31) | (id << 2) | (u32)tier;
+	return BIT(31) | prism_recent_key(id, tier, g ? g->slot + 1 : 0);
 }
 
 /*
@@ -677,6 +734,13 @@ static inline struct prism_flow *prism_flow_find(struct prism_data *pd, u32 key)
 	return NULL;
 }
 
+/* The fair queue @fl is served in: its group's, or its tier's. */
+static inline struct prism_fq *prism_flow_fq(struct prism_data *pd,
+					     struct prism_flow *fl)
+{
+	return fl->group ? &fl->group->fq : &pd->tier[fl->tier].fq;
+}
+
 /* Whether the slot's flow may be forgotten; see PRISM_FLOW_SLOTS. */
 static inline bool prism_flow_reclaimable(struct prism_data *pd,
 					  struct prism_flow *fl, unsigned long now)
@@ -687,18 +751,20 @@ static inline bool prism_flow_reclaimable(struct prism_data *pd,
 	    time_before(now, fl->last_used +
 			msecs_to_jiffies(PRISM_FLOW_IDLE_MS)))
 		return false;
-	return prism_fq_reclaimable(&pd->tier[fl->tier].fq, &fl->fq) ||
+	return prism_fq_reclaimable(prism_flow_fq(pd, fl), &fl->fq) ||
 	       time_after_eq(now, fl->last_used + HZ);
 }
 
 /*
- * The flow for process @id at @tier, made if it has no slot yet; the
- * tier's shared flow when none is free. Under the lock.
+ * The flow for process @id at @tier in group @g (NULL: the tier's own),
+ * made if it has no slot yet; the tier's shared flow when none is free.
+ * Under the lock.
  */
 static inline struct prism_flow *prism_flow_get(struct prism_data *pd, u32 id,
-						enum prism_tier tier)
+						enum prism_tier tier,
+						struct prism_group *g)
 {
-	u32 key = prism_flow_key(id, tier);
+	u32 key = prism_flow_key(id, tier, g);
 	u32 h = hash_32(key, PRISM_FLOW_BITS), i;
 	unsigned long now = jiffies;
 	struct prism_flow *spare = NULL;
@@ -721,7 +787,7 @@ static inline struct prism_flow *prism_flow_get(struct prism_data *pd, u32 id,
 		pd->batch.tier = -1;
 		pd->batch.flow = -1;
 	}
-	prism_flow_reset(pd, spare, key, id, tier);
+	prism_flow_reset(pd, spare, key, id, tier, g);
 	return spare;
 }
 
@@ -791,24 +857,44 @@ static inline void prism_lane_recheck(struct prism_data *pd)
 }
 
 /*
- * Flow @slot of @weight becomes backlogged in @tq: if the flow that did
- * so before it there weighs otherwise, weights differ in the tier (see
- * prism_weights_differed()). Flows issuing one request at a time on a
- * deep device are seldom backlogged at the same moment, which is what
- * prism_dispatch_request() looks for: until it saw it (0.3 s and more on
- * flow_idle_flash's null_blk), the flows were served alike.
+ * Entity @id (a flow's slot, or PRISM_FLOW_SLOTS plus a group's) of
+ * @weight becomes backlogged in a fair queue (@note, its tier's or its
+ * group's): if the one that did so before it there weighs otherwise,
+ * weights differ (see prism_weights_differed()). Flows issuing one
+ * request at a time on a deep device are seldom backlogged at the same
+ * moment, which is what prism_dispatch_request() looks for: until it saw
+ * it (0.3 s and more on flow_idle_flash's null_blk), the flows were
+ * served alike.
  */
 static inline void prism_note_weight(struct prism_data *pd,
-				     struct prism_tier_queue *tq, int slot, u32 weight)
+				     struct prism_weight_note *note, int id,
+				     u32 weight)
 {
-	if (tq->last_flow == slot)
+	if (note->last == id)
 		return;
-	if (tq->last_flow >= 0 && tq->last_weight != weight) {
+	if (note->last >= 0 && note->weight != weight) {
 		pd->weights_seen = jiffies;
 		prism_lane_recheck(pd);
 	}
-	tq->last_flow = slot;
-	tq->last_weight = weight;
+	note->last = id;
+	note->weight = weight;
+}
+
+/* A request of @fl, of @weight, noted in its fair queue and its group's. */
+static inline void prism_note_flow_weight(struct prism_data *pd,
+					  struct prism_flow *fl, u32 weight)
+{
+	struct prism_tier_queue *tq = &pd->tier[fl->tier];
+	struct prism_group *g = fl->group;
+
+	if (!g) {
+		prism_note_weight(pd, &tq->note, prism_flow_slot(pd, fl),
+				  weight);
+		return;
+	}
+	prism_note_weight(pd, &g->note, prism_flow_slot(pd, fl), weight);
+	prism_note_weight(pd, &tq->note, PRISM_FLOW_SLOTS + g->slot,
+			  g->ent.weight);
 }
 
 /*
@@ -883,7 +969,7 @@ static __always_inline void prism_chain_link(struct prism_data *pd, u64 *now)
 
 /*
  * The estimated device time of @rq, which @fl dispatches, counted in the
- * flow's statistics with the request and its bytes.
+ * flow's statistics (and its group's) with the request and its bytes.
  */
 static inline u64 prism_flow_served(struct prism_data *pd,
 				    const struct prism_tunables *tun,
@@ -898,6 +984,11 @@ static inline u64 prism_flow_served(struct prism_data *pd,
 	fl->dispatched++;
 	fl->cost += cost;
 	fl->bytes += bytes;
+	if (fl->group) {
+		fl->group->dispatched++;
+		fl->group->cost += cost;
+		fl->group->bytes += bytes;
+	}
 	return cost;
 }
 

@@ -213,27 +213,28 @@ static struct blkcg_policy prism_blkcg_policy = {
 };
 
 /*
- * The request's cgroup, for scheduling by cgroup: the nearest online
- * cgroup with prism's data on the request's disk, from the bio's blkg up
+ * A bio's cgroup, for scheduling by cgroup: the nearest online cgroup
+ * with prism's data on @q's disk, from the bio's blkg up
  * (as bfq_bio_bfqg() walks), since the bio's own cgroup may be going
  * away. Writeback bios carry the cgroup that dirtied the pages
- * (wbc_init_bio()), not the flusher's. False for a request without a bio
- * or whose walk ends at the root cgroup, which is nobody's flow, and
+ * (wbc_init_bio()), not the flusher's. False for no bio (a request
+ * without data) or one whose walk ends at the root cgroup, which is nobody's flow, and
  * wherever the policy is not active.
  *
- * Lockless, from any context the request is handled in: the bio holds
+ * Lockless, from any context the bio is handled in: the bio holds
  * its blkg and each blkg its parent, and a pd is freed only with its
  * blkg or when exit_sched() deactivates the policy, with the queue
  * frozen and so no request left.
  */
-bool prism_cgroup_of(struct request *rq, struct prism_cgroup_info *info)
+bool prism_cgroup_of(struct bio *bio, struct request_queue *q,
+		     struct prism_cgroup_info *info)
 {
 	struct blkcg_gq *blkg;
 
-	if (!prism_cg_registered || !rq->bio)
+	if (!prism_cg_registered || !bio)
 		return false;
-	blkg = rq->bio->bi_blkg;
-	if (!blkg || blkg->q != rq->q)
+	blkg = bio->bi_blkg;
+	if (!blkg || blkg->q != q)
 		return false;
 	for (; blkg->parent; blkg = blkg->parent) {
 		struct prism_cg *pcg = blkg_to_pcg(blkg);
@@ -271,10 +272,55 @@ static void prism_cg_seq_path(struct seq_file *m, struct cgroup *cgrp)
 	}
 }
 
+/* What a cgroup's groups served and hold on one queue, over its tiers. */
+struct prism_cg_totals {
+	u64 cost;		/* ns of estimated device time */
+	u64 bytes;
+	u64 dispatched;
+	u64 queued;
+	u64 owned;
+};
+
+/*
+ * @id's totals on @pd, for debugfs. Without prism's lock, which is not
+ * taken inside the queue_lock: a figure may be a moment stale, and a slot
+ * given to another cgroup meanwhile counted or not. The tables live as
+ * long as the queue's prism data, which the debugfs guard keeps.
+ */
+static void prism_cg_totals(struct prism_data *pd, u64 id,
+			    struct prism_cg_totals *tot)
+{
+	int i;
+
+	*tot = (struct prism_cg_totals){ };
+	for (i = 0; i < PRISM_NR_GROUPS; i++) {
+		const struct prism_group *g = &pd->groups[i];
+
+		if (READ_ONCE(g->id) != id)
+			continue;
+		tot->cost += READ_ONCE(g->cost);
+		tot->bytes += READ_ONCE(g->bytes);
+		tot->dispatched += READ_ONCE(g->dispatched);
+	}
+	for (i = 0; i < PRISM_NR_FLOWS; i++) {
+		struct prism_flow *fl = &pd->flows[i];
+		const struct prism_group *g = READ_ONCE(fl->group);
+		int d;
+
+		if (!READ_ONCE(fl->key) || !g || READ_ONCE(g->id) != id)
+			continue;
+		for (d = 0; d < PRISM_NR_FIFOS; d++)
+			tot->queued += READ_ONCE(fl->queued[d]);
+		tot->owned += prism_flow_owned(fl);
+	}
+}
+
 /*
  * debugfs "cgroups": the cgroups prism knows on this disk (those
  * prism_cgroup_of() can return: online and not the root), with their
- * cgroup_id() and the weight in force; the path last, as it may hold
+ * cgroup_id(), the weight in force, the estimated device time (us), bytes
+ * and requests dispatched for them and what they have queued and own
+ * (prism_cg_totals()); the path last, as it may hold
  * spaces. Under the queue_lock, which keeps the list. A blkg stays on it
  * after it went offline until its free work ran, which on 6.12 and 7.3
  * frees its pd (and on 6.12 may drop its cgroup) before taking it off
@@ -285,13 +331,15 @@ static void prism_cg_seq_path(struct seq_file *m, struct cgroup *cgrp)
 int prism_cgroup_show(void *data, struct seq_file *m)
 {
 	struct request_queue *q = data;
+	struct prism_data *pd = q->elevator->elevator_data;
 	struct blkcg_gq *blkg;
 
-	seq_puts(m, "cgroup weight path\n");
+	seq_puts(m, "cgroup weight cost_us bytes dispatched queued owned path\n");
 	if (!prism_cg_registered)
 		return 0;
 	spin_lock_irq(&q->queue_lock);
 	list_for_each_entry(blkg, &q->blkg_list, q_node) {
+		struct prism_cg_totals tot;
 		struct prism_cg *pcg;
 		struct cgroup *cgrp;
 
@@ -301,7 +349,11 @@ int prism_cgroup_show(void *data, struct seq_file *m)
 		if (!pcg || !pcg->online)
 			continue;
 		cgrp = blkg->blkcg->css.cgroup;
-		seq_printf(m, "%llu %u ", cgroup_id(cgrp), prism_cg_weight(pcg));
+		prism_cg_totals(pd, cgroup_id(cgrp), &tot);
+		seq_printf(m, "%llu %u %llu %llu %llu %llu %llu ",
+			   cgroup_id(cgrp), prism_cg_weight(pcg),
+			   div_u64(tot.cost, NSEC_PER_USEC), tot.bytes,
+			   tot.dispatched, tot.queued, tot.owned);
 		prism_cg_seq_path(m, cgrp);
 		seq_putc(m, '\n');
 	}

@@ -10,7 +10,7 @@
 
 #include <linux/types.h>
 
-struct request;
+struct bio;
 struct request_queue;
 struct seq_file;
 
@@ -25,7 +25,8 @@ void prism_cgroup_register(void);
 void prism_cgroup_unregister(void);
 void prism_cgroup_activate(struct request_queue *q);
 void prism_cgroup_deactivate(struct request_queue *q);
-bool prism_cgroup_of(struct request *rq, struct prism_cgroup_info *info);
+bool prism_cgroup_of(struct bio *bio, struct request_queue *q,
+		     struct prism_cgroup_info *info);
 int prism_cgroup_show(void *data, struct seq_file *m);
 #else
 static inline void prism_cgroup_register(void)
@@ -44,7 +45,7 @@ static inline void prism_cgroup_deactivate(struct request_queue *q)
 {
 }
 
-static inline bool prism_cgroup_of(struct request *rq,
+static inline bool prism_cgroup_of(struct bio *bio, struct request_queue *q,
 				   struct prism_cgroup_info *info)
 {
 	return false;

@@ -102,11 +102,13 @@ static int prism_streams_show(void *data, struct seq_file *m)
 /*
  * Flows: one line per live flow (and per shared flow that took any
  * request): the process and its command, tier, weight, how far its
- * virtual start is ahead of its tier's virtual time (vt_lead, in ns of
- * service at weight 10: what it has taken beyond its share), the cost
- * (us) and bytes served, requests dispatched, queued, owned, and tag
- * allocations its flow limit shallowed. Then the fair queues and the
- * table's overflows.
+ * virtual start is ahead of its fair queue's virtual time (vt_lead, in ns
+ * of service at weight 25: what it has taken beyond its share), the cost
+ * (us) and bytes served, requests dispatched, queued, owned, tag
+ * allocations its flow limit shallowed, its think time, and its group's
+ * cgroup (cgroup_id(), 0 for the tier's own flows: the "cgroups" file has
+ * the paths). Then the fair queues, the groups' and the table's
+ * overflows.
  */
 static int prism_flows_show(void *data, struct seq_file *m)
 {
@@ -114,28 +116,39 @@ static int prism_flows_show(void *data, struct seq_file *m)
 	struct prism_data *pd = q->elevator->elevator_data;
 	int i;
 
-	seq_puts(m, "slot pid comm tier weight backlogged vt_lead cost_us bytes dispatched queued owned throttled think_us\n");
+	seq_puts(m, "slot pid comm tier weight backlogged vt_lead cost_us bytes dispatched queued owned throttled think_us cgroup\n");
 	spin_lock(&pd->lock);
 	for (i = 0; i < PRISM_FLOW_SLOTS; i++) {
-		const struct prism_flow *fl = &pd->flows[i];
-		const struct prism_fq *fq = &pd->tier[fl->tier].fq;
-		s64 lead = (s64)(fl->fq.start - fq->vtime);
+		struct prism_flow *fl = &pd->flows[i];
+		s64 lead = (s64)(fl->fq.start - prism_flow_fq(pd, fl)->vtime);
 
 		if (!fl->key && !fl->inserted)
 			continue;
-		seq_printf(m, "%d %u %s %s %u %d %lld %llu %llu %llu %u %llu %lld %llu\n",
+		seq_printf(m, "%d %u %s %s %u %d %lld %llu %llu %llu %u %llu %lld %llu %llu\n",
 			   i, fl->id, fl->comm, prism_tier_name[fl->tier],
 			   fl->fq.weight, fl->fq.backlogged,
 			   div_s64(lead * PRISM_WEIGHT_UNIT, PRISM_VT_SCALE),
 			   div_u64(fl->cost, NSEC_PER_USEC), fl->bytes,
 			   fl->dispatched, prism_flow_queued(fl),
 			   prism_flow_owned(fl), atomic64_read(&fl->throttled),
-			   div_u64(fl->think.mean, NSEC_PER_USEC));
+			   div_u64(fl->think.mean, NSEC_PER_USEC),
+			   fl->key && fl->group ? fl->group->id : 0);
 	}
 	for (i = 0; i < PRISM_NR_TIERS; i++)
 		seq_printf(m, "fq %s vtime=%llu wsum=%u backlogged=%u\n",
 			   prism_tier_name[i], pd->tier[i].fq.vtime,
 			   pd->tier[i].fq.wsum, pd->tier[i].fq.nr);
+	for (i = 0; i < PRISM_NR_GROUPS; i++) {
+		const struct prism_group *g = &pd->groups[i];
+
+		if (!g->id)
+			continue;
+		seq_printf(m, "group %llu %s weight=%u backlogged=%d flows=%u vtime=%llu wsum=%u\n",
+			   g->id, prism_tier_name[g->tier], g->ent.weight,
+			   g->ent.backlogged, g->nr_flows, g->fq.vtime,
+			   g->fq.wsum);
+	}
+	seq_printf(m, "group_overflows=%llu\n", pd->group_overflows);
 	seq_printf(m, "overflows=%llu\n", pd->flow_overflows);
 	spin_unlock(&pd->lock);
 	return 0;

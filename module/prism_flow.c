@@ -25,13 +25,21 @@
 #include "prism.h"
 
 /*
- * Slot @fl of the flow table given to flow @key (process @id at @tier),
- * or emptied (@key 0): lists, books and fair-queue state start afresh.
+ * Slot @fl of the flow table given to flow @key (process @id at @tier, in
+ * group @g or the tier's own), or emptied (@key 0): lists, books and
+ * fair-queue state start afresh.
  */
 void prism_flow_reset(struct prism_data *pd, struct prism_flow *fl,
-		      u32 key, u32 id, enum prism_tier tier)
+		      u32 key, u32 id, enum prism_tier tier,
+		      struct prism_group *g)
 {
 	int d;
+
+	if (fl->group)
+		fl->group->nr_flows--;
+	fl->group = g;
+	if (g)
+		g->nr_flows++;
 
 	for (d = 0; d < PRISM_NR_FIFOS; d++) {
 		INIT_LIST_HEAD(&fl->fifo[d]);
@@ -43,7 +51,7 @@ void prism_flow_reset(struct prism_data *pd, struct prism_flow *fl,
 	}
 	INIT_LIST_HEAD(&fl->active);
 	fl->slot = fl - pd->flows;
-	fl->fq = (struct prism_fq_flow){ .start = pd->tier[tier].fq.vtime };
+	fl->fq = (struct prism_fq_flow){ .start = prism_flow_fq(pd, fl)->vtime };
 	fl->stream = (struct prism_stream){ };
 	fl->id = id;
 	fl->tier = tier;
@@ -90,25 +98,146 @@ static struct request *prism_sorted_from(struct rb_root *root, sector_t pos)
 }
 
 /*
- * A flow with requests on its lists is on its tier's backlogged list; one
- * that was expected back keeps its place in the fair queue.
+ * Whether group slot @g may be given to another group: no flow is keyed
+ * to it, and it owes its tier nothing or has been idle a second.
+ */
+static bool prism_group_reclaimable(struct prism_data *pd,
+				    struct prism_group *g, unsigned long now)
+{
+	if (!g->id)
+		return true;
+	if (g->nr_flows || g->ent.backlogged)
+		return false;
+	return prism_fq_reclaimable(&pd->tier[g->tier].fq, &g->ent) ||
+	       time_after_eq(now, g->last_used + HZ);
+}
+
+static inline u32 prism_group_hash(u64 id, enum prism_tier tier)
+{
+	return hash_64(id * PRISM_NR_TIERS + tier, PRISM_GROUP_BITS);
+}
+
+/* The group of cgroup @id at @tier, NULL if it has none. Under the lock. */
+struct prism_group *prism_group_find(struct prism_data *pd, u64 id,
+				     enum prism_tier tier)
+{
+	u32 h = prism_group_hash(id, tier), i;
+
+	for (i = 0; i < PRISM_GROUP_PROBE; i++) {
+		struct prism_group *g =
+			&pd->groups[(h + i) & (PRISM_NR_GROUPS - 1)];
+
+		if (g->id == id && g->tier == tier)
+			return g;
+	}
+	return NULL;
+}
+
+/*
+ * The group of cgroup @id at @tier, of @weight (its io.prism.weight),
+ * made if it has no slot yet; NULL when none is free, and its flows are
+ * then the tier's own. Under the lock.
+ */
+struct prism_group *prism_group_get(struct prism_data *pd, u64 id,
+				    enum prism_tier tier, u32 weight)
+{
+	u32 h = prism_group_hash(id, tier), i;
+	unsigned long now = jiffies;
+	struct prism_group *g, *spare = NULL;
+
+	lockdep_assert_held(&pd->lock);
+
+	for (i = 0; i < PRISM_GROUP_PROBE; i++) {
+		g = &pd->groups[(h + i) & (PRISM_NR_GROUPS - 1)];
+		if (g->id == id && g->tier == tier)
+			goto found;
+		if (!spare && prism_group_reclaimable(pd, g, now))
+			spare = g;
+	}
+	if (!spare) {
+		pd->group_overflows++;
+		return NULL;
+	}
+	g = spare;
+	g->id = id;
+	g->tier = tier;
+	g->slot = g - pd->groups;
+	g->nr_flows = 0;
+	INIT_LIST_HEAD(&g->active);
+	g->fq = (struct prism_fq){ };
+	g->ent = (struct prism_fq_flow){ .start = pd->tier[tier].fq.vtime,
+					 .weight = weight };
+	g->note = (struct prism_weight_note){ .last = -1 };
+	g->dispatched = 0;
+	g->cost = 0;
+	g->bytes = 0;
+found:
+	/* A new io.prism.weight applies from the cgroup's next request. */
+	if (g->ent.weight != weight)
+		prism_fq_reweight(&pd->tier[tier].fq, &g->ent, weight);
+	g->last_used = now;
+	return g;
+}
+
+/*
+ * A flow with requests on its lists is on its tier's backlogged list and
+ * in its fair queue, its group's (the group then in its tier's) or its
+ * tier's; one that was expected back keeps its place in the fair queue,
+ * and so does its group.
  */
 static void prism_flow_activate(struct prism_data *pd, struct prism_flow *fl,
 				struct request *rq)
 {
 	struct prism_tier_queue *tq = &pd->tier[fl->tier];
+	struct prism_group *g = fl->group;
 	u32 weight;
 
 	if (fl->fq.backlogged)
 		return;
 	weight = prism_rq_weight(rq);
-	prism_note_weight(pd, tq, prism_flow_slot(pd, fl), weight);
+	prism_note_flow_weight(pd, fl, weight);
+	if (g && !g->ent.backlogged) {
+		if (fl->returning)
+			prism_fq_return(&tq->fq, &g->ent, g->ent.weight);
+		else
+			prism_fq_activate(&tq->fq, &g->ent, g->ent.weight);
+		list_add_tail(&g->active, &tq->groups);
+	}
 	if (fl->returning)
-		prism_fq_return(&tq->fq, &fl->fq, weight);
+		prism_fq_return(prism_flow_fq(pd, fl), &fl->fq, weight);
 	else
-		prism_fq_activate(&tq->fq, &fl->fq, weight);
+		prism_fq_activate(prism_flow_fq(pd, fl), &fl->fq, weight);
 	fl->returning = false;
 	list_add_tail(&fl->active, &tq->active);
+}
+
+/* A flow with nothing queued leaves its fair queue, and so may its group. */
+void prism_flow_deactivate(struct prism_data *pd, struct prism_flow *fl)
+{
+	struct prism_group *g = fl->group;
+
+	if (!fl->fq.backlogged)
+		return;
+	prism_fq_deactivate(prism_flow_fq(pd, fl), &fl->fq);
+	list_del_init(&fl->active);
+	if (g && !g->fq.nr) {
+		prism_fq_deactivate(&pd->tier[fl->tier].fq, &g->ent);
+		list_del_init(&g->active);
+	}
+}
+
+/*
+ * @cost of device time served to @fl: charged in its fair queue, and to
+ * its group in its tier's. Under the lock, while the flow is backlogged.
+ */
+void prism_flow_charge(struct prism_data *pd, struct prism_flow *fl,
+		       u64 cost)
+{
+	struct prism_group *g = fl->group;
+
+	prism_fq_charge(prism_flow_fq(pd, fl), &fl->fq, cost);
+	if (g)
+		prism_fq_charge(&pd->tier[fl->tier].fq, &g->ent, cost);
 }
 
 static void prism_sort_add(struct prism_flow *fl, struct request *rq)
@@ -253,26 +382,58 @@ static void prism_flow_view(struct prism_flow *fl, struct prism_tier_view *v)
 
 /*
  * The tier's fair queue chooses the flow that starts a turn (WF2Q+), among
- * its backlogged flows and @expected, the batch's flow if it has nothing
- * queued but is expected back: it competes as if backlogged.
+ * its backlogged flows and groups and @expected, the batch's flow if it
+ * has nothing queued but is expected back: it competes as if backlogged,
+ * and so does its group. A group chosen chooses among its flows in turn.
  */
 static struct prism_flow *prism_fq_select(struct prism_data *pd, int t,
 					  struct prism_flow *expected)
 {
 	struct prism_tier_queue *tq = &pd->tier[t];
+	struct prism_group *g, *eg = expected ? expected->group : NULL;
 	struct prism_fq_pick p;
 	struct prism_flow *fl;
-	int slot;
+	int id;
 
 	prism_fq_pick_init(&p);
 	list_for_each_entry(fl, &tq->active, active)
-		prism_fq_pick_consider(&p, &tq->fq, &fl->fq,
-				       prism_flow_slot(pd, fl));
-	if (expected)
+		if (!fl->group)
+			prism_fq_pick_consider(&p, &tq->fq, &fl->fq,
+					       prism_flow_slot(pd, fl));
+	list_for_each_entry(g, &tq->groups, active)
+		prism_fq_pick_consider(&p, &tq->fq, &g->ent,
+				       PRISM_FLOW_SLOTS + g->slot);
+	if (expected && !eg)
 		prism_fq_pick_consider(&p, &tq->fq, &expected->fq,
 				       prism_flow_slot(pd, expected));
-	slot = prism_fq_pick_done(&p, &tq->fq);
-	return slot >= 0 ? &pd->flows[slot] : NULL;
+	else if (eg && !eg->ent.backlogged)
+		prism_fq_pick_consider(&p, &tq->fq, &eg->ent,
+				       PRISM_FLOW_SLOTS + eg->slot);
+	id = prism_fq_pick_done(&p, &tq->fq);
+	if (id < PRISM_FLOW_SLOTS)
+		return id >= 0 ? &pd->flows[id] : NULL;
+
+	g = &pd->groups[id - PRISM_FLOW_SLOTS];
+	prism_fq_pick_init(&p);
+	list_for_each_entry(fl, &tq->active, active)
+		if (fl->group == g)
+			prism_fq_pick_consider(&p, &g->fq, &fl->fq,
+					       prism_flow_slot(pd, fl));
+	if (eg == g)
+		prism_fq_pick_consider(&p, &g->fq, &expected->fq,
+				       prism_flow_slot(pd, expected));
+	id = prism_fq_pick_done(&p, &g->fq);
+	return id >= 0 ? &pd->flows[id] : NULL;
+}
+
+/* The device held idle @ns for @fl: charged as prism_flow_charge() does. */
+static void prism_flow_charge_idle(struct prism_data *pd,
+				   struct prism_flow *fl, u64 ns)
+{
+	prism_fq_charge_idle(prism_flow_fq(pd, fl), &fl->fq, ns);
+	if (fl->group)
+		prism_fq_charge_idle(&pd->tier[fl->tier].fq, &fl->group->ent,
+				     ns);
 }
 
 /* The highest tier with requests on its flows, PRISM_NR_TIERS if none. */
@@ -513,8 +674,10 @@ chosen:
 	 * not re-activate: see prism_note_weight()), seen where they are
 	 * served.
 	 */
-	if (pd->tier[c.tier].fq.nr >= 2 &&
-	    prism_fq_asymmetric(&pd->tier[c.tier].fq))
+	if ((pd->tier[c.tier].fq.nr >= 2 &&
+	     prism_fq_asymmetric(&pd->tier[c.tier].fq)) ||
+	    (fl->group && fl->group->fq.nr >= 2 &&
+	     prism_fq_asymmetric(&fl->group->fq)))
 		pd->weights_seen = jiffies;
 	if (c.aged)
 		pd->tier[c.tier].aged++;
@@ -542,8 +705,7 @@ chosen:
 			struct prism_flow *ifl = &pd->flows[pd->idle_flow];
 
 			if (ifl->key && ifl->tier == pd->idle_tier)
-				prism_fq_charge_idle(&pd->tier[ifl->tier].fq,
-						     &ifl->fq, idle);
+				prism_flow_charge_idle(pd, ifl, idle);
 		}
 		pd->idle_since = 0;
 	}
@@ -552,7 +714,7 @@ chosen:
 	 * virtual time, the tier's, and the shares between tiers.
 	 */
 	cost = prism_flow_served(pd, tun, fl, rq);
-	prism_fq_charge(&pd->tier[fl->tier].fq, &fl->fq, cost);
+	prism_flow_charge(pd, fl, cost);
 	prism_account(&pd->batch, tun, queued_tiers, &c, cost);
 	/*
 	 * Not while draining: a tier must not owe, once a freeze is over,

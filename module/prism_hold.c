@@ -478,6 +478,29 @@ static u32 prism_view_tagless(struct prism_data *pd, int first)
 }
 
 /*
+ * How long waiting for @fl may last (prism_flow_idle_window()): in a
+ * group, the longer of what its group's fair queue and its tier's (for
+ * the group) would wait, since either's ratio may need the wait.
+ */
+static u64 prism_flow_wait_window(struct prism_data *pd,
+				  struct prism_flow *fl, u32 depth)
+{
+	bool rotational = !blk_queue_nonrot(pd->q);
+	u64 w;
+
+	w = prism_flow_idle_window(depth, rotational, &fl->stream,
+				   prism_flow_fq(pd, fl), &fl->fq,
+				   pd->flow_window);
+	if (fl->group)
+		w = max(w, prism_flow_idle_window(depth, rotational,
+						  &fl->stream,
+						  &pd->tier[fl->tier].fq,
+						  &fl->group->ent,
+						  pd->flow_window));
+	return w;
+}
+
+/*
  * The batch's flow, if it has nothing queued and is expected back, and
  * waiting for it can pay on a device of @depth, and no other flow of its
  * tier has sync writes queued (prism_flow_wait_yields()): its view then
@@ -497,11 +520,7 @@ static struct prism_flow *prism_flow_waited(struct prism_data *pd,
 	    prism_flow_wait_yields(&view[fl->tier]) ||
 	    !prism_tier_can_allocate(pd, fl->tier))
 		return NULL;
-	fl->wait_window = prism_flow_idle_window(depth,
-						 !blk_queue_nonrot(pd->q),
-						 &fl->stream,
-						 &pd->tier[fl->tier].fq,
-						 &fl->fq, pd->flow_window);
+	fl->wait_window = prism_flow_wait_window(pd, fl, depth);
 	if (!fl->wait_window)
 		return NULL;
 	if (!*now)
@@ -658,12 +677,22 @@ static u32 prism_flow_limit(struct prism_data *pd,
 			    enum prism_tier tier, u32 nr, u64 total)
 {
 	struct prism_flow *fl;
+	u32 depth, key, group;
 	u64 owned;
-	u32 depth;
 
 	if (!prism_flow_limit_may(total, nr, t->flow_depth))
 		return 0;
-	fl = prism_flow_find(pd, prism_flow_key(current->tgid, tier));
+	/*
+	 * The flow's group is the one the thread's last request was in
+	 * (the group is not known before the bio is: see prism_alloc_tier());
+	 * a slot given to another group since finds no flow, or another's,
+	 * which only shallows one allocation wrongly.
+	 */
+	key = READ_ONCE(pd->recent[prism_recent_slot(current->pid)]);
+	group = prism_alloc_tier(key, current->pid, PRISM_NR_TIERS) == tier ?
+		prism_alloc_group(key) : 0;
+	fl = prism_flow_find(pd, BIT(31) |
+			     prism_recent_key(current->tgid, tier, group));
 	if (!fl || READ_ONCE(fl->rt))
 		return 0;
 	owned = prism_flow_owned(fl);

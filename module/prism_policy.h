@@ -355,6 +355,25 @@ static inline enum prism_tier prism_classify_rq(unsigned int ioprio_class,
 	return prism_classify(ioprio_class, level, t);
 }
 
+/*
+ * The tier of a request whose cgroup is one of prism's flows (not the
+ * root): classes keep their order across cgroups, RT above all and IDLE
+ * below (an "ionice -c3" backup in its own systemd unit yields to a
+ * database in another, as it does outside cgroups), but a BE level,
+ * which any process may raise for itself without privilege, does not
+ * lift it above NORMAL, where the cgroups share by weight: levels 0-2
+ * stay there, weighing more than the default among the cgroup's flows,
+ * and take nothing from another cgroup. A level that lowers a request
+ * (6-7 to LOW) only gives away, and keeps its tier.
+ */
+static inline enum prism_tier prism_tier_in_cgroup(enum prism_tier tier,
+						   unsigned int ioprio_class)
+{
+	if (tier == PRISM_HIGH && ioprio_class != PRISM_CLASS_RT)
+		return PRISM_NORMAL;
+	return tier;
+}
+
 bool prism_tunables_valid(const struct prism_tunables *t);
 
 void prism_batch_reset(struct prism_batch *b);
@@ -456,10 +475,18 @@ static inline u32 prism_recent_slot(u32 pid)
 	return (u32)(pid * 0x61C88647U) >> (32 - PRISM_RECENT_BITS);
 }
 
-/* pid_max is at most 2^22 (PID_MAX_LIMIT): two bits are left for a tier. */
-static inline u32 prism_recent_key(u32 pid, enum prism_tier tier)
+/*
+ * pid_max is at most 2^22 (PID_MAX_LIMIT): two bits below it hold the
+ * tier, and the bits above it the group (the cgroup's slot in the group
+ * table plus one, 0 for none; see PRISM_NR_GROUPS).
+ */
+#define PRISM_PID_BITS		22
+#define PRISM_PID_MASK		((1U << PRISM_PID_BITS) - 1)
+#define PRISM_GROUP_SHIFT	(PRISM_PID_BITS + 2)
+
+static inline u32 prism_recent_key(u32 pid, enum prism_tier tier, u32 group)
 {
-	return (pid << 2) | (u32)tier;
+	return (group << PRISM_GROUP_SHIFT) | (pid << 2) | (u32)tier;
 }
 
 /* The tier recorded for @pid in @key, or @fallback if the slot is another's. */
@@ -468,9 +495,16 @@ static inline enum prism_tier prism_alloc_tier(u32 key, u32 pid,
 {
 	u32 tier = key & 3;
 
-	if (!pid || key >> 2 != pid || tier >= PRISM_NR_TIERS)
+	if (!pid || ((key >> 2) & PRISM_PID_MASK) != pid ||
+	    tier >= PRISM_NR_TIERS)
 		return fallback;
 	return (enum prism_tier)tier;
+}
+
+/* The group recorded in @key, which prism_alloc_tier() found @pid's. */
+static inline u32 prism_alloc_group(u32 key)
+{
+	return key >> PRISM_GROUP_SHIFT;
 }
 
 /*
@@ -804,13 +838,18 @@ static inline bool prism_weights_differed(unsigned long now,
 
 /*
  * Weight from I/O priority: bfq's and CFQ's curve, BE level L weighs
- * (8 - L) x 10, so BE0 : BE4 : BE7 = 80 : 40 : 10. RT levels weigh twice
+ * (8 - L) x 25, so BE0 : BE4 : BE7 = 200 : 100 : 25, on cgroup v2's
+ * scale (io.prism.weight, 1-10000, default 100): the default priority
+ * weighs what a cgroup does by default, and a process of the root cgroup
+ * shares with a cgroup as one of equal weight. RT levels weigh twice
  * their BE counterpart (under the default mapping RT shares HIGH with
  * BE 0-2 and should lead it); IDLE weighs as BE7; NONE, the kernel's
  * default for a task that never set one, as BE4 (IOPRIO_NORM).
  */
-#define PRISM_WEIGHT_UNIT	10
+#define PRISM_WEIGHT_UNIT	25
 #define PRISM_WEIGHT_MAX	(2 * 8 * PRISM_WEIGHT_UNIT)
+/* The heaviest weight in a fair queue: a cgroup's (CGROUP_WEIGHT_MAX). */
+#define PRISM_FQ_WEIGHT_MAX	10000
 
 static inline u32 prism_weight(unsigned int ioprio_class, unsigned int level)
 {
@@ -967,7 +1006,7 @@ bool prism_learn_params(const struct prism_cost_learner *l,
  * weight, in ns x PRISM_VT_SCALE / weight units; they wrap, and are
  * compared with prism_vt_before().
  */
-#define PRISM_VT_SCALE		PRISM_WEIGHT_MAX
+#define PRISM_VT_SCALE		PRISM_FQ_WEIGHT_MAX
 
 struct prism_fq {
 	u64 vtime;		/* the tier's virtual time V */
@@ -1091,6 +1130,22 @@ static inline void prism_fq_deactivate(struct prism_fq *fq,
 	fq->wsum -= f->weight;
 	fq->w2sum -= (u64)f->weight * f->weight;
 	fq->nr--;
+}
+
+/*
+ * A backlogged flow's weight changes (a cgroup's io.prism.weight was
+ * written): the sums follow at once; its place in the queue stays.
+ */
+static inline void prism_fq_reweight(struct prism_fq *fq,
+				     struct prism_fq_flow *f, u32 weight)
+{
+	weight = weight ? weight : 1;
+	if (f->backlogged) {
+		fq->wsum += weight - f->weight;
+		fq->w2sum += (u64)weight * weight;
+		fq->w2sum -= (u64)f->weight * f->weight;
+	}
+	f->weight = weight;
 }
 
 /*

@@ -116,14 +116,6 @@ static bool prism_lower_owned(struct prism_data *pd, enum prism_tier tier)
 	return tier != PRISM_LOW && prism_owned(&pd->tier[PRISM_LOW]);
 }
 
-static void prism_flow_deactivate(struct prism_data *pd, struct prism_flow *fl)
-{
-	if (!fl->fq.backlogged)
-		return;
-	prism_fq_deactivate(&pd->tier[fl->tier].fq, &fl->fq);
-	list_del_init(&fl->active);
-}
-
 /*
  * Take @rq out of every structure at once: FIFO or dispatch list, sort
  * tree, merge hash and the queue's last_merge hint; a flow left with
@@ -196,12 +188,15 @@ static void prism_flow_arrival(struct prism_data *pd, struct prism_flow *fl)
 }
 
 /*
- * First entry of a request into prism: classify it, find its flow, feed
- * the flow's stream and record its thread's tier for limit_depth(). The
- * flow is the submitting process: prepare_request() ran in the submitting
- * thread and kept its pid; insert normally runs there too (a plug is
- * flushed by its owner), and then the process is current's thread group;
- * otherwise the thread counts as a process of its own.
+ * First entry of a request into prism: classify it, find its cgroup's
+ * group (if its bio is a cgroup's other than the root: see
+ * prism_tier_in_cgroup() for the tier there) and its flow, feed the
+ * flow's stream and record its thread's tier and group for
+ * limit_depth(). The flow is the submitting process: prepare_request()
+ * ran in the submitting thread and kept its pid; insert normally runs
+ * there too (a plug is flushed by its owner), and then the process is
+ * current's thread group; otherwise the thread counts as a process of its
+ * own.
  *
  * A request the core never prepared (on 6.1 a FUA or preflush write that
  * bypassed the elevator and came back through a driver requeue) has stale
@@ -216,28 +211,38 @@ static unsigned long prism_first_insert(struct prism_data *pd,
 	const struct prism_tunables *t = prism_tun(pd);
 	unsigned short ioprio = req_get_ioprio(rq);
 	enum prism_tier tier = prism_tier_of(t, ioprio, rq->cmd_flags);
-	struct prism_tier_queue *tq = &pd->tier[tier];
-	unsigned long st = (unsigned long)tier << PRISM_RQ_TIER_SHIFT;
+	struct prism_tier_queue *tq;
+	unsigned long st;
 	u32 pid = (u32)(unsigned long)rq->elv.priv[1];
+	struct prism_group *g = NULL;
+	struct prism_cgroup_info cg;
 	struct prism_flow *fl;
 	u64 owned;
 
 	if (!prism_rq_prepared(rq)) {
+		tq = &pd->tier[tier];
 		tq->foreign++;
+		st = (unsigned long)tier << PRISM_RQ_TIER_SHIFT;
 		st |= (unsigned long)(PRISM_NR_FLOWS + tier) <<
 		      PRISM_RQ_FLOW_SHIFT;
 		return st | PRISM_RQ_SEEN | PRISM_RQ_FOREIGN;
 	}
+	if (prism_cgroup_of(rq->bio, rq->q, &cg)) {
+		tier = prism_tier_in_cgroup(tier, IOPRIO_PRIO_CLASS(ioprio));
+		g = prism_group_get(pd, cg.id, tier, cg.weight);
+	}
+	tq = &pd->tier[tier];
+	st = (unsigned long)tier << PRISM_RQ_TIER_SHIFT;
 
 	if (pid) {
 		u32 *recent = &pd->recent[prism_recent_slot(pid)];
-		u32 key = prism_recent_key(pid, tier);
+		u32 key = prism_recent_key(pid, tier, g ? g->slot + 1 : 0);
 
 		/* Written only on a change: the line stays clean for readers. */
 		if (*recent != key)
 			WRITE_ONCE(*recent, key);
 		fl = prism_flow_get(pd, current->pid == pid ? current->tgid :
-					pid, tier);
+					pid, tier, g);
 	} else {
 		fl = &pd->flows[PRISM_NR_FLOWS + tier];
 	}
@@ -402,8 +407,7 @@ static void prism_insert_request(struct prism_data *pd, struct request_queue *q,
 	if (prism_lane_may(pd, q, tier)) {
 		/* Weights still noted: see prism_note_weight(). */
 		fl = prism_rq_flow(pd, st);
-		prism_note_weight(pd, tq, prism_flow_slot(pd, fl),
-				  prism_rq_weight(rq));
+		prism_note_flow_weight(pd, fl, prism_rq_weight(rq));
 		list_add_tail(&rq->queuelist, &pd->direct);
 		pd->nr_direct++;
 		pd->direct_tier = tier;
@@ -812,15 +816,25 @@ static void prism_completed_request(struct request *rq, u64 now)
 
 /*
  * The flow a bio joins if it becomes a request: its submitter's (bio
- * merges run in the submitting thread), NULL if it has none yet.
+ * merges run in the submitting thread) in its cgroup's group, NULL if it
+ * has none yet. Under the lock.
  */
 static struct prism_flow *prism_bio_flow(struct prism_data *pd,
 					 struct bio *bio)
 {
 	enum prism_tier tier = prism_tier_of(prism_tun(pd), bio->bi_ioprio,
 					     bio->bi_opf);
+	struct prism_group *g = NULL;
+	struct prism_cgroup_info cg;
 
-	return prism_flow_find(pd, prism_flow_key(current->tgid, tier));
+	if (prism_cgroup_of(bio, pd->q, &cg)) {
+		tier = prism_tier_in_cgroup(tier,
+					    IOPRIO_PRIO_CLASS(bio->bi_ioprio));
+		g = prism_group_find(pd, cg.id, tier);
+		if (!g)
+			return NULL;
+	}
+	return prism_flow_find(pd, prism_flow_key(current->tgid, tier, g));
 }
 
 /* The submitter's flow's sort tree, for a front merge. */
@@ -972,6 +986,7 @@ static int prism_init_sched(struct request_queue *q, prism_init_sched_t arg)
 {
 	struct elevator_queue *eq;
 	struct prism_tun_rcu *tun;
+	struct prism_group *groups;
 	struct prism_flow *flows;
 	struct prism_data *pd;
 	int t, f;
@@ -985,10 +1000,13 @@ static int prism_init_sched(struct request_queue *q, prism_init_sched_t arg)
 	/* About 20 KiB: kvzalloc, since it need not be contiguous. */
 	flows = kvzalloc_node(sizeof(*flows) * PRISM_FLOW_SLOTS, GFP_KERNEL,
 			      q->node);
-	if (!pd || !tun || !flows) {
+	groups = kvzalloc_node(sizeof(*groups) * PRISM_NR_GROUPS, GFP_KERNEL,
+			       q->node);
+	if (!pd || !tun || !flows || !groups) {
 		kfree(pd);
 		kfree(tun);
 		kvfree(flows);
+		kvfree(groups);
 		prism_init_eq_failed(eq);
 		return -ENOMEM;
 	}
@@ -999,7 +1017,8 @@ static int prism_init_sched(struct request_queue *q, prism_init_sched_t arg)
 	INIT_LIST_HEAD(&pd->direct);
 	for (t = 0; t < PRISM_NR_TIERS; t++) {
 		INIT_LIST_HEAD(&pd->tier[t].active);
-		pd->tier[t].last_flow = -1;
+		INIT_LIST_HEAD(&pd->tier[t].groups);
+		pd->tier[t].note.last = -1;
 		atomic64_set(&pd->tier[t].completed, 0);
 		atomic64_set(&pd->tier[t].merged_away, 0);
 		pd->tier[t].last_done = jiffies - HZ;
@@ -1010,10 +1029,11 @@ static int prism_init_sched(struct request_queue *q, prism_init_sched_t arg)
 	pd->flow_frac = prism_flow_frac(tun->t.flow_depth);
 	pd->writeback_low = tun->t.writeback_low;
 	pd->flows = flows;
+	pd->groups = groups;
 	for (f = 0; f < PRISM_NR_FLOWS; f++)
-		prism_flow_reset(pd, &flows[f], 0, 0, PRISM_NORMAL);
+		prism_flow_reset(pd, &flows[f], 0, 0, PRISM_NORMAL, NULL);
 	for (t = 0; t < PRISM_NR_TIERS; t++)
-		prism_flow_reset(pd, &flows[PRISM_NR_FLOWS + t], 0, 0, t);
+		prism_flow_reset(pd, &flows[PRISM_NR_FLOWS + t], 0, 0, t, NULL);
 	prism_batch_reset(&pd->batch);
 	pd->idle_flow = -1;
 	pd->rotational = !blk_queue_nonrot(q);
@@ -1080,7 +1100,8 @@ static void prism_exit_sched(struct elevator_queue *e)
 	for (t = 0; t < PRISM_NR_TIERS; t++) {
 		struct prism_tier_queue *tq = &pd->tier[t];
 
-		WARN_ON_ONCE(!list_empty(&tq->active));
+		WARN_ON_ONCE(!list_empty(&tq->active) ||
+			     !list_empty(&tq->groups));
 		/* Each request that entered left exactly once. */
 		WARN_ONCE(tq->inserted != atomic64_read(&tq->completed) +
 			  atomic64_read(&tq->merged_away) ||
@@ -1098,6 +1119,7 @@ static void prism_exit_sched(struct elevator_queue *e)
 	/* The queue is frozen: no limit_depth() can be reading them. */
 	kfree(rcu_dereference_protected(pd->tun, true));
 	kvfree(pd->flows);
+	kvfree(pd->groups);
 	kfree(pd);
 }
 

@@ -55,6 +55,8 @@ def test_package_holds_the_source_and_the_rules(deb):
     for rules in ("60-prism-rotational.rules", "60-prism-nonrotational.rules",
                   "60-prism-all.rules"):
         assert "./usr/share/prism-iosched/udev/" + rules in files
+    # The helper that applies systemd's IOWeight= to io.prism.weight.
+    assert "./usr/sbin/prism-cgroup-weight" in files
     # The description states the series prism is tested on (kernel-range).
     desc = subprocess.run(["dpkg-deb", "-f", str(deb), "Description"], capture_output=True,
                           text=True).stdout

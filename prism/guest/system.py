@@ -376,6 +376,20 @@ def prism_flows(dev: str) -> list[dict]:
     return out
 
 
+def prism_cgroups(dev: str) -> dict[str, dict]:
+    """debugfs "cgroups" by path: weight, cost_us, bytes, dispatched,
+    queued and owned (the path, last, may hold spaces)."""
+    mount_debugfs()
+    lines = (DEBUGFS / "block" / dev / "sched" / "cgroups").read_text().splitlines()
+    header = lines[0].split()
+    out = {}
+    for line in lines[1:]:
+        f = line.split(maxsplit=len(header) - 1)
+        if len(f) == len(header):
+            out[f[-1]] = {k: int(v) for k, v in zip(header[1:-1], f[1:-1], strict=True)}
+    return out
+
+
 def prism_cost(dev: str) -> dict[str, dict[str, str]]:
     """prism's cost model from debugfs, by line: "model" (the coefficients
     in force), "cost_ns", "learning" (the learner's state and window) and,

@@ -32,14 +32,17 @@ TEST(weights_follow_bfq_curve)
 	int level;
 
 	for (level = 0; level < 8; level++)
-		CHECK_EQ(prism_weight(PRISM_CLASS_BE, level), (8 - level) * 10);
-	CHECK_EQ(prism_weight(PRISM_CLASS_RT, 0), 160);
-	CHECK_EQ(prism_weight(PRISM_CLASS_RT, 7), 20);
-	CHECK_EQ(prism_weight(PRISM_CLASS_IDLE, 0), 10);
-	CHECK_EQ(prism_weight(PRISM_CLASS_NONE, 0), 40);
+		CHECK_EQ(prism_weight(PRISM_CLASS_BE, level), (8 - level) * 25);
+	CHECK_EQ(prism_weight(PRISM_CLASS_RT, 0), 400);
+	CHECK_EQ(prism_weight(PRISM_CLASS_RT, 7), 50);
+	CHECK_EQ(prism_weight(PRISM_CLASS_IDLE, 0), 25);
+	/* The default priority weighs a cgroup's default io.prism.weight. */
+	CHECK_EQ(prism_weight(PRISM_CLASS_NONE, 0), 100);
+	CHECK_EQ(prism_weight(PRISM_CLASS_BE, 4), 100);
 	/* A level out of range is clamped, never a zero or huge weight. */
-	CHECK_EQ(prism_weight(PRISM_CLASS_BE, 9), 10);
+	CHECK_EQ(prism_weight(PRISM_CLASS_BE, 9), 25);
 	CHECK(prism_weight(PRISM_CLASS_RT, 0) <= PRISM_WEIGHT_MAX);
+	CHECK(PRISM_WEIGHT_MAX <= PRISM_FQ_WEIGHT_MAX);
 }
 
 TEST(cost_model_arithmetic)
@@ -292,11 +295,13 @@ TEST(fq_shares_follow_weights)
 {
 	u32 w[SIM_FLOWS];
 	struct sim s;
-	u64 total = 0;
+	u64 total = 0, wsum = 0;
 	int i, step;
 
-	for (i = 0; i < SIM_FLOWS; i++)
+	for (i = 0; i < SIM_FLOWS; i++) {
 		w[i] = prism_weight(PRISM_CLASS_BE, i);
+		wsum += w[i];
+	}
 	sim_init(&s, SIM_FLOWS, w);
 	for (step = 0; step < 20000; step++) {
 		int id = sim_pick(&s);
@@ -309,11 +314,117 @@ TEST(fq_shares_follow_weights)
 		total += cost;
 	}
 	for (i = 0; i < SIM_FLOWS; i++) {
-		double ideal = (double)w[i] / 360.0 * (double)total;
+		double ideal = (double)w[i] / (double)wsum * (double)total;
 
 		CHECK((double)s.served[i] > ideal * 0.98 &&
 		      (double)s.served[i] < ideal * 1.02);
 	}
+}
+
+/*
+ * Two levels, as the mechanism serves a tier with cgroups
+ * (prism_fq_select()): the tier's fair queue holds a root-cgroup process
+ * (BE4, 100) and two groups, A of weight 100 with three processes (BE0,
+ * BE4, BE4: 200, 100, 100) and B of 300 with one; a group chosen
+ * chooses among its flows in its own queue, and each dispatch is charged
+ * at both levels (prism_flow_charge()). The tier divides 100 : 100 : 300
+ * whatever the groups hold, and A divides its part 2 : 1 : 1: a process
+ * that raised its level took from its own cgroup only.
+ */
+TEST(fq_groups_share_in_two_levels)
+{
+	struct prism_fq tier = { 0 }, fa = { 0 };
+	struct prism_fq_flow root = { 0 }, ga = { 0 }, gb = { 0 }, a[3];
+	const u32 aw[3] = { 200, 100, 100 };
+	u64 got_root = 0, got_a[3] = { 0 }, got_b = 0, total = 0;
+	int step, i;
+
+	memset(a, 0, sizeof(a));
+	prism_fq_activate(&tier, &root, prism_weight(PRISM_CLASS_BE, 4));
+	prism_fq_activate(&tier, &ga, 100);
+	prism_fq_activate(&tier, &gb, 300);
+	for (i = 0; i < 3; i++)
+		prism_fq_activate(&fa, &a[i], aw[i]);
+	for (step = 0; step < 30000; step++) {
+		u64 cost = 100000 + (rng() % 20) * 100000;
+		struct prism_fq_pick p;
+		int id;
+
+		prism_fq_pick_init(&p);
+		prism_fq_pick_consider(&p, &tier, &root, 0);
+		prism_fq_pick_consider(&p, &tier, &ga, 1);
+		prism_fq_pick_consider(&p, &tier, &gb, 2);
+		id = prism_fq_pick_done(&p, &tier);
+		CHECK(id >= 0);
+		total += cost;
+		if (id == 0) {
+			prism_fq_charge(&tier, &root, cost);
+			got_root += cost;
+		} else if (id == 2) {
+			prism_fq_charge(&tier, &gb, cost);
+			got_b += cost;
+		} else {
+			prism_fq_pick_init(&p);
+			for (i = 0; i < 3; i++)
+				prism_fq_pick_consider(&p, &fa, &a[i], i);
+			i = prism_fq_pick_done(&p, &fa);
+			CHECK(i >= 0 && i < 3);
+			prism_fq_charge(&fa, &a[i], cost);
+			prism_fq_charge(&tier, &ga, cost);
+			got_a[i] += cost;
+		}
+	}
+	CHECK((double)got_root > 0.2 * 0.98 * (double)total &&
+	      (double)got_root < 0.2 * 1.02 * (double)total);
+	CHECK((double)got_b > 0.6 * 0.98 * (double)total &&
+	      (double)got_b < 0.6 * 1.02 * (double)total);
+	CHECK((double)got_a[0] > 0.1 * 0.97 * (double)total &&
+	      (double)got_a[0] < 0.1 * 1.03 * (double)total);
+	CHECK((double)got_a[1] > 0.05 * 0.97 * (double)total &&
+	      (double)got_a[1] < 0.05 * 1.03 * (double)total);
+}
+
+/* A weight written while backlogged moves the sums at once. */
+TEST(fq_reweight_keeps_the_sums)
+{
+	struct prism_fq fq = { 0 };
+	struct prism_fq_flow f = { 0 }, g = { 0 };
+
+	prism_fq_activate(&fq, &f, 100);
+	prism_fq_activate(&fq, &g, 100);
+	CHECK(!prism_fq_asymmetric(&fq));
+	prism_fq_reweight(&fq, &f, 300);
+	CHECK_EQ(fq.wsum, 400);
+	CHECK_EQ(fq.w2sum, 300 * 300 + 100 * 100);
+	CHECK(prism_fq_asymmetric(&fq));
+	prism_fq_deactivate(&fq, &f);
+	CHECK_EQ(fq.wsum, 100);
+	CHECK_EQ(fq.w2sum, 100 * 100);
+	/* Not backlogged: only the weight, for its next activation. */
+	prism_fq_reweight(&fq, &f, 0);
+	CHECK_EQ(f.weight, 1);
+	CHECK_EQ(fq.wsum, 100);
+}
+
+/*
+ * In a cgroup a BE level does not lift a request above NORMAL, where
+ * cgroups share by weight; RT (privileged) and the lower tiers keep
+ * theirs.
+ */
+TEST(tier_in_cgroup_keeps_be_levels_in_normal)
+{
+	struct prism_tunables t;
+
+	prism_tunables_init(&t, 250);
+	CHECK_EQ(prism_classify(PRISM_CLASS_BE, 0, &t), PRISM_HIGH);
+	CHECK_EQ(prism_tier_in_cgroup(prism_classify(PRISM_CLASS_BE, 0, &t),
+				      PRISM_CLASS_BE), PRISM_NORMAL);
+	CHECK_EQ(prism_tier_in_cgroup(PRISM_HIGH, PRISM_CLASS_RT), PRISM_HIGH);
+	CHECK_EQ(prism_tier_in_cgroup(PRISM_NORMAL, PRISM_CLASS_BE),
+		 PRISM_NORMAL);
+	CHECK_EQ(prism_tier_in_cgroup(prism_classify(PRISM_CLASS_BE, 7, &t),
+				      PRISM_CLASS_BE), PRISM_LOW);
+	CHECK_EQ(prism_tier_in_cgroup(PRISM_LOW, PRISM_CLASS_IDLE), PRISM_LOW);
 }
 
 /*

@@ -509,19 +509,29 @@ TEST(tier_active_while_owning_and_shortly_after)
 
 TEST(alloc_tier_from_the_threads_last_request)
 {
-	u32 key = prism_recent_key(4194303, PRISM_LOW);	/* PID_MAX_LIMIT - 1 */
+	u32 key = prism_recent_key(4194303, PRISM_LOW, 0);	/* PID_MAX_LIMIT - 1 */
 
 	CHECK_EQ(prism_alloc_tier(key, 4194303, PRISM_NORMAL), PRISM_LOW);
 	/* Another thread in the slot, an empty slot, pid 0: the fallback. */
 	CHECK_EQ(prism_alloc_tier(key, 77, PRISM_NORMAL), PRISM_NORMAL);
 	CHECK_EQ(prism_alloc_tier(0, 77, PRISM_HIGH), PRISM_HIGH);
-	CHECK_EQ(prism_alloc_tier(prism_recent_key(0, PRISM_LOW), 0, PRISM_HIGH),
-		 PRISM_HIGH);
+	CHECK_EQ(prism_alloc_tier(prism_recent_key(0, PRISM_LOW, 0), 0,
+				  PRISM_HIGH), PRISM_HIGH);
 	/* A corrupt tier value is never used. */
 	CHECK_EQ(prism_alloc_tier((77U << 2) | 3, 77, PRISM_NORMAL), PRISM_NORMAL);
-	CHECK_EQ(prism_alloc_tier(prism_recent_key(77, PRISM_HIGH), 77, PRISM_LOW),
-		 PRISM_HIGH);
+	CHECK_EQ(prism_alloc_tier(prism_recent_key(77, PRISM_HIGH, 0), 77,
+				  PRISM_LOW), PRISM_HIGH);
 	CHECK(prism_recent_slot(77) < PRISM_NR_RECENT);
+	/*
+	 * The group (a slot plus one, up to 63) rides above the largest pid
+	 * and changes neither the pid nor the tier read back.
+	 */
+	key = prism_recent_key(4194303, PRISM_NORMAL, 63);
+	CHECK_EQ(prism_alloc_tier(key, 4194303, PRISM_LOW), PRISM_NORMAL);
+	CHECK_EQ(prism_alloc_group(key), 63);
+	CHECK_EQ(prism_alloc_tier(key, 4194303 & ~1U, PRISM_LOW), PRISM_LOW);
+	CHECK_EQ(prism_alloc_group(prism_recent_key(5, PRISM_LOW, 0)), 0);
+	CHECK(!(prism_recent_key(4194303, PRISM_LOW, 63) & (1U << 31)));
 }
 
 static void dispatch_backlogged(struct prism_tunables *t, const bool busy[],
