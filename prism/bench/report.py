@@ -120,7 +120,8 @@ def add_isolation(runs: list[dict]) -> None:
 
 def add_shares(runs: list[dict]) -> None:
     """For share workloads: each job's share of the run's IOPS, its ideal
-    share under proportional sharing by BE level (weight 8 - level), the
+    share under proportional sharing by BE level (weight 8 - level) or by
+    its cgroup's weight (share8_cgroup), the
     relative deviation, and the run's mean deviation (seed 002's figure),
     kept on every job of the run so it is summarized with them."""
     for r in runs:
@@ -128,7 +129,11 @@ def add_shares(runs: list[dict]) -> None:
         if not w or not w.share:
             continue
         total = sum(j["iops"] for j in r["jobs"])
-        weights = {j["job"]: 8 - int(j.get("prio") or 4) for j in r["jobs"]}
+        # By cgroup weight where the jobs are in cgroups named after them,
+        # else by BE level.
+        by_cgroup = dict(w.cgroups)
+        weights = {j["job"]: by_cgroup.get(j["job"], 8 - int(j.get("prio") or 4))
+                   for j in r["jobs"]}
         wsum = sum(weights.values())
         devs = []
         for j in r["jobs"]:

@@ -34,6 +34,13 @@ class Workload:
     # in prism at first), for the report; not where prism's CPU cost is
     # what is measured, which they would add to.
     latency_hist: bool = True
+    # Cgroups the job file puts jobs in (fio's cgroup=prism-bench-NAME), with
+    # their weights: (NAME, weight), written to io.prism.weight under prism
+    # and io.bfq.weight under bfq before fio starts (issue 42).
+    cgroups: tuple[tuple[str, int], ...] = ()
+    # io.max lines for cgroups, under every scheduler: (NAME, "wbps=..."),
+    # the operator's alternative to weights.
+    io_max: tuple[tuple[str, str], ...] = ()
 
     @property
     def jobfile(self) -> Path:
@@ -144,6 +151,37 @@ WORKLOADS = {w.name: w for w in [
     Workload("startup_alone", "003",
              "startup alone: the baseline for startup_readers and startup_idle_readers",
              metric="runtime_ms"),
+    Workload("share8_cgroup", "002",
+             "share8 by cgroup: eight sequential 128 KiB readers at the default priority, "
+             "each in a cgroup weighted as BE 0..7 weigh (200, 175, ..., 25); ideal share "
+             "its weight over the sum", share=True,
+             cgroups=tuple((f"reader_cg{i}", (8 - i) * 25) for i in range(8))),
+    Workload("cgroup_writeback", "002",
+             "a buffered writer (1 MiB writes to a file on ext4, cgroup weight 100) "
+             "against random 4 KiB reads of the raw device (cgroup weight 1000), both "
+             "at the default priority: the writer's writeback is charged to its cgroup",
+             high_job="reader", low_job="writer", baseline="cgroup_writeback_alone",
+             filesystem=True, cgroups=(("reader", 1000), ("writer", 100))),
+    Workload("cgroup_writeback_iomax", "002",
+             "cgroup_writeback with the writer's cgroup capped at 20 MiB/s of writes "
+             "by io.max (the operator's alternative to weights)",
+             high_job="reader", low_job="writer", baseline="cgroup_writeback_alone",
+             filesystem=True, cgroups=(("reader", 1000), ("writer", 100)),
+             io_max=(("writer", "wbps=20971520"),)),
+    Workload("cgroup_writeback_alone", "002",
+             "cgroup_writeback's reader alone: its baseline",
+             cgroups=(("reader", 1000),)),
+    Workload("tenants", "000",
+             "two tenants in cgroups of equal weight, each a database (4 KiB random reads "
+             "at BE1) beside its own backup (128 KiB sequential reads at BE7)",
+             high_job="db_a", low_job="backup_a", baseline="tenants_alone",
+             cgroups=(("tenant_a", 100), ("tenant_b", 100))),
+    Workload("tenants_alone", "000", "tenant a of tenants alone, tenant b idle",
+             cgroups=(("tenant_a", 100),)),
+    Workload("cpu_randread1_cgroup", "001",
+             "cpu_randread1 with its job in a cgroup (weight 100): the CPU cost of "
+             "prism's cgroup flows on nullb-cpu", latency_hist=False,
+             cgroups=(("cpu", 100),)),
     Workload("seqread_buffered", "003",
              "sequential buffered 1 MiB reads through the page cache (hdparm -t)"),
 ]}

@@ -9,6 +9,7 @@ profiles, or on the host for a real device the user named.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -152,6 +153,42 @@ def make_filesystem(device: Device) -> Path:
     return MOUNTPOINT
 
 
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+# Each scheduler's cgroup weight file; the others have none.
+WEIGHT_FILES = {"prism": "io.prism.weight", "bfq": "io.bfq.weight"}
+
+
+def make_cgroups(workload, scheduler: str, dev: str) -> dict:
+    """The workload's cgroups (prism-bench-NAME, where its job file puts
+    jobs) with their weights in @scheduler's weight file, and its io.max
+    lines; the io and memory controllers enabled for them (cgroup
+    writeback needs both). Returns what was set, for the run's meta."""
+    if not workload.cgroups:
+        return {}
+    if not (CGROUP_ROOT / "cgroup.subtree_control").exists():
+        g.sh(f"mount -t cgroup2 none {CGROUP_ROOT}")
+    (CGROUP_ROOT / "cgroup.subtree_control").write_text("+io +memory\n")
+    wfile = WEIGHT_FILES.get(parse_scheduler(scheduler)[0])
+    mm = (g.SYS_BLOCK / dev / "dev").read_text().strip()
+    set_: dict = {"weight_file": wfile, "weights": {}, "io_max": {}}
+    for name, weight in workload.cgroups:
+        cg = CGROUP_ROOT / f"prism-bench-{name}"
+        cg.mkdir(exist_ok=True)
+        if wfile:
+            (cg / wfile).write_text(f"{weight}\n")
+            set_["weights"][name] = weight
+    for name, spec in workload.io_max:
+        (CGROUP_ROOT / f"prism-bench-{name}" / "io.max").write_text(f"{mm} {spec}\n")
+        set_["io_max"][name] = spec
+    return set_
+
+
+def remove_cgroups(workload) -> None:
+    for name, _ in workload.cgroups:
+        with contextlib.suppress(OSError):
+            (CGROUP_ROOT / f"prism-bench-{name}").rmdir()
+
+
 def run_one(run: dict, device: Device, plan: dict, rundir: Path) -> dict:
     workload = WORKLOADS[run["workload"]]
     if workload.app == "pgbench":
@@ -164,10 +201,12 @@ def run_one(run: dict, device: Device, plan: dict, rundir: Path) -> dict:
     if workload.filesystem:
         env["DIR"] = str(make_filesystem(device))
     try:
-        return _measure(run, device, plan, rundir, env, workload)
+        cgroups = make_cgroups(workload, run["scheduler"], device.name)
+        return _measure(run, device, plan, rundir, env, workload, cgroups)
     finally:
         if workload.filesystem:
             g.sh(f"umount {MOUNTPOINT}", check=False)
+        remove_cgroups(workload)
 
 
 class RunMarks:
@@ -355,7 +394,7 @@ def run_timeout(plan: dict, seconds: float) -> float | None:
 
 
 def _measure(run: dict, device: Device, plan: dict, rundir: Path, env: dict,
-             workload) -> dict:
+             workload, cgroups: dict | None = None) -> dict:
     marks = RunMarks(device, plan, run)
     cmd = ["fio", "--output-format=json", f"--output={rundir / 'fio.json'}",
            *fio_second_logs(rundir), f"--write_hist_log={rundir / 'log'}",
@@ -366,7 +405,10 @@ def _measure(run: dict, device: Device, plan: dict, rundir: Path, env: dict,
     if r.returncode:
         raise SystemExit(f"bench: fio failed in run {rundir.name}: {r.stderr.strip()[-800:]}")
     stats.condense_hist_logs(json.loads((rundir / "fio.json").read_text()), rundir)
-    return marks.write_meta(run, device, rundir)
+    extra = {"cgroups": cgroups} if cgroups else {}
+    if cgroups and parse_scheduler(run["scheduler"])[0] == "prism":
+        extra["prism_cgroups"] = g.prism_cgroups(device.name)
+    return marks.write_meta(run, device, rundir, **extra)
 
 
 def schedule(plan: dict) -> list[dict]:
