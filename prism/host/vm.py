@@ -264,6 +264,10 @@ def _guest_pythonpath(rundir: Path) -> Path:
     # prism.__version__ reads it beside the package.
     (lib / "module").mkdir()
     shutil.copy2(REPO / "module" / "VERSION", lib / "module" / "VERSION")
+    # The package's cgroup weight helper, which a check runs.
+    (lib / "packaging").mkdir()
+    shutil.copy2(REPO / "packaging" / "prism-cgroup-weight",
+                 lib / "packaging" / "prism-cgroup-weight")
     return lib
 
 
