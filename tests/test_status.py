@@ -21,6 +21,9 @@ FLIGHT = ("tier inflight think_us think_samples chain_us chain_samples chain_qui
           "lat_us=1500 cuts=3 held_window=120 held_depth=45 window_runs=100 "
           "flow_window_us=0 held_flow=0 lower_duty=100 held_paced=0 empty_dispatches=7 "
           "parked=0 tags_short=1\n")
+CGROUPS = ("cgroup weight cost_us bytes dispatched queued owned path\n"
+           "4242 300 1500000 104857600 800 3 5 /system.slice/my db.service\n"
+           "77 100 500000 1048576 20 0 0 /backup.slice\n")
 # Buckets 0..3 of lower bounds 0, 1 ms, 2 ms, 4 ms (the module has 66).
 LATENCY = ("bucket_ns 0 1000000 2000000 4000000\n"
            "wait high read 0 0 0 0\n"
@@ -47,6 +50,7 @@ def fake(tmp_path, monkeypatch):
     (sched / "tiers").write_text(TIERS)
     (sched / "flight").write_text(FLIGHT)
     (sched / "latency").write_text(LATENCY)
+    (sched / "cgroups").write_text(CGROUPS)
     monkeypatch.setattr(status, "SYS_BLOCK", sysb)
     monkeypatch.setattr(status, "DEBUGFS", dbg)
     return sched
@@ -68,6 +72,12 @@ def test_status_reads_prism_and_names_what_changed(fake):
     assert "tunables away from the defaults: low_share=5" in text
     assert "at most 2 of 32" in text and "held: 120 for a window, 45 for depth" in text
     assert "device high read" in text and "vda: mq-deadline" in text
+    # Cgroup flows, the most served first, a path with a space whole.
+    db = sda["cgroups"]["/system.slice/my db.service"]
+    assert db["weight"] == 300 and db["cgroup"] == 4242 and db["owned"] == 5
+    rows = [ln for ln in text.splitlines() if ln.strip().startswith(("4242", "77 "))]
+    assert rows[0].endswith("/system.slice/my db.service") and "1,500" in rows[0]
+    assert rows[1].split()[:2] == ["77", "100"]
 
 
 def test_status_without_debugfs_says_how_to_get_it(fake):

@@ -1,8 +1,8 @@
 """prism status: what prism is doing on this machine's disks, for an
 operator. Reads sysfs (the scheduler, nr_requests, the tunables) and,
 where debugfs is mounted and readable (root), prism's own files: the
-tiers' counts, the in-flight limit and the hold, and the latency
-histograms' percentiles when they are kept. Reads only; never mounts,
+tiers' counts, the in-flight limit and the hold, the cgroups scheduled
+as flows, and the latency histograms' percentiles when they are kept. Reads only; never mounts,
 loads or writes anything."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 
 from ..common import stats
 from .selftest import KEYWORD_TUNABLES, TUNABLES
-from .system import parse_prism_latency, parse_prism_table
+from .system import parse_prism_cgroups, parse_prism_latency, parse_prism_table
 
 SYS_BLOCK = Path("/sys/block")
 DEBUGFS = Path("/sys/kernel/debug")
@@ -71,6 +71,7 @@ def disk_status(dev: str) -> dict:
     out["tiers"] = parse_prism_table(tiers)
     flight = parse_prism_table(_read(sched / "flight") or "")
     out["flight"] = {k: flight[k] for k in FLIGHT_KEYS if k in flight}
+    out["cgroups"] = parse_prism_cgroups(_read(sched / "cgroups") or "")
     out["latency"] = latency_percentiles(_read(sched / "latency") or "")
     return out
 
@@ -125,6 +126,12 @@ def format_status(records: list[dict]) -> str:
                        f"{f.get('held_depth', 0)} for depth, {f.get('held_flow', 0)} for a "
                        f"process, {f.get('held_paced', 0)} paced; waived (tier without a "
                        f"tag): {f.get('tags_short', 0)}; parked now: {f.get('parked', 0)}")
+        if r.get("cgroups"):
+            out.append("  cgroup flows    weight  served ms       MiB  queued  owned  path")
+            for path, c in sorted(r["cgroups"].items(), key=lambda kv: -kv[1]["cost_us"]):
+                out.append(f"  {c['cgroup']:<14}{c['weight']:>8}{_num(c['cost_us'] / 1000):>11}"
+                           f"{_num(c['bytes'] / 2**20, 1):>10}{c['queued']:>8}{c['owned']:>7}"
+                           f"  {path}")
         if r["latency"]:
             out.append("  latency (since kept)      count    P50 ms    P99 ms")
             for key, v in r["latency"].items():

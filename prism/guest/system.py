@@ -376,18 +376,24 @@ def prism_flows(dev: str) -> list[dict]:
     return out
 
 
-def prism_cgroups(dev: str) -> dict[str, dict]:
-    """debugfs "cgroups" by path: weight, cost_us, bytes, dispatched,
-    queued and owned (the path, last, may hold spaces)."""
-    mount_debugfs()
-    lines = (DEBUGFS / "block" / dev / "sched" / "cgroups").read_text().splitlines()
+def parse_prism_cgroups(text: str) -> dict[str, dict]:
+    """debugfs "cgroups" by path: cgroup (its id), weight, cost_us, bytes,
+    dispatched, queued and owned (the path, last, may hold spaces)."""
+    lines = text.splitlines()
+    if not lines:
+        return {}
     header = lines[0].split()
     out = {}
     for line in lines[1:]:
         f = line.split(maxsplit=len(header) - 1)
-        if len(f) == len(header):
-            out[f[-1]] = {k: int(v) for k, v in zip(header[1:-1], f[1:-1], strict=True)}
+        if len(f) == len(header) and all(x.isdigit() for x in f[:-1]):
+            out[f[-1]] = {k: int(v) for k, v in zip(header[:-1], f[:-1], strict=True)}
     return out
+
+
+def prism_cgroups(dev: str) -> dict[str, dict]:
+    mount_debugfs()
+    return parse_prism_cgroups((DEBUGFS / "block" / dev / "sched" / "cgroups").read_text())
 
 
 def prism_cost(dev: str) -> dict[str, dict[str, str]]:
