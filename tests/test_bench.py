@@ -4,6 +4,7 @@ statistics, the report, scheduler specs and the real-device refusals."""
 import gzip
 import json
 import math
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -856,3 +857,20 @@ def test_cost_table_shows_what_each_variant_charged():
     assert rows["prism:cost_model=auto"][2] == "in_force"
     assert rows["prism:cost_model=auto"][3].startswith("5,000.0 ± ")
     assert report.cost_table([{"scheduler": "none"}]) == []
+
+
+def test_cgroup_workloads_name_their_cgroups_in_the_job_file():
+    """A workload's cgroups are the ones its job file puts jobs in (fio's
+    cgroup=prism-bench-NAME), which prism bench makes with their weights
+    before fio starts and fio must not remove (cgroup_nodelete); and no
+    other job file uses a cgroup."""
+    for w in workloads.WORKLOADS.values():
+        if not w.jobfile.exists():
+            continue
+        text = w.jobfile.read_text()
+        used = set(re.findall(r"^cgroup=prism-bench-(\S+)$", text, re.M))
+        assert used == {name for name, _ in w.cgroups}, w.name
+        if used:
+            assert re.search(r"^cgroup_nodelete=1$", text, re.M), w.name
+            assert all(1 <= weight <= 1000 for _, weight in w.cgroups), w.name  # bfq's range
+        assert {name for name, _ in w.io_max} <= used, w.name
