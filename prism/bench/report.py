@@ -462,7 +462,10 @@ def bars_figure(plt, rows: list[dict], scheds: list[str], jobs: list[str], title
                 if v is None:
                     continue
                 low, mean, high = v
-                ax.barh(y, mean, 0.7, xerr=[[mean - low], [high - mean]], capsize=2,
+                # Never below zero: runs that all measured the same
+                # (icount) may leave the mean a rounding error outside.
+                err = [[max(0.0, mean - low)], [max(0.0, high - mean)]]
+                ax.barh(y, mean, 0.7, xerr=err, capsize=2,
                         color=colors.get(sched), error_kw={"lw": 0.8})
             ax.set_title(f"{job}: {label}", fontsize=9)
             ax.set_xlim(left=0)
