@@ -696,14 +696,19 @@ static inline int prism_flow_slot(struct prism_data *pd,
 	return fl->slot;	/* not fl - pd->flows: a division */
 }
 
-/*
- * (process, tier, group) as prism_recent_key() packs it (the group's slot
- * plus one, 0 for the tier's own flows), with a bit never 0.
- */
-static inline u32 prism_flow_key(u32 id, enum prism_tier tier,
-				 const struct prism_group *g)
+/* A group as keys hold it: its slot plus one, 0 for the tier's own flows. */
+static inline u32 prism_group_nr(const struct prism_group *g)
 {
-	return BIT(31) | prism_recent_key(id, tier, g ? g->slot + 1 : 0);
+	return g ? g->slot + 1 : 0;
+}
+
+/*
+ * (process, tier, group number) as prism_recent_key() packs it, with a
+ * bit never 0.
+ */
+static inline u32 prism_flow_key(u32 id, enum prism_tier tier, u32 group)
+{
+	return BIT(31) | prism_recent_key(id, tier, group);
 }
 
 /*
@@ -764,7 +769,7 @@ static inline struct prism_flow *prism_flow_get(struct prism_data *pd, u32 id,
 						enum prism_tier tier,
 						struct prism_group *g)
 {
-	u32 key = prism_flow_key(id, tier, g);
+	u32 key = prism_flow_key(id, tier, prism_group_nr(g));
 	u32 h = hash_32(key, PRISM_FLOW_BITS), i;
 	unsigned long now = jiffies;
 	struct prism_flow *spare = NULL;

@@ -214,12 +214,12 @@ static struct blkcg_policy prism_blkcg_policy = {
 
 /*
  * A bio's cgroup, for scheduling by cgroup: the nearest online cgroup
- * with prism's data on @q's disk, from the bio's blkg up
- * (as bfq_bio_bfqg() walks), since the bio's own cgroup may be going
- * away. Writeback bios carry the cgroup that dirtied the pages
+ * with prism's data on @q's disk, from the bio's blkg up (as
+ * bfq_bio_bfqg() walks), since the bio's own cgroup may be going away.
+ * Writeback bios carry the cgroup that dirtied the pages
  * (wbc_init_bio()), not the flusher's. False for no bio (a request
- * without data) or one whose walk ends at the root cgroup, which is nobody's flow, and
- * wherever the policy is not active.
+ * without data) or one whose walk ends at the root cgroup, which is
+ * nobody's flow, and wherever the policy is not active.
  *
  * Lockless, from any context the bio is handled in: the bio holds
  * its blkg and each blkg its parent, and a pd is freed only with its
@@ -320,8 +320,8 @@ static void prism_cg_totals(struct prism_data *pd, u64 id,
  * prism_cgroup_of() can return: online and not the root), with their
  * cgroup_id(), the weight in force, the estimated device time (us), bytes
  * and requests dispatched for them and what they have queued and own
- * (prism_cg_totals()); the path last, as it may hold
- * spaces. Under the queue_lock, which keeps the list. A blkg stays on it
+ * (prism_cg_totals()); the path last, as it may hold spaces. Under the
+ * queue_lock, which keeps the list. A blkg stays on it
  * after it went offline until its free work ran, which on 6.12 and 7.3
  * frees its pd (and on 6.12 may drop its cgroup) before taking it off
  * without the queue_lock: only an online blkg's pd and cgroup are

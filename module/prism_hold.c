@@ -691,8 +691,7 @@ static u32 prism_flow_limit(struct prism_data *pd,
 	key = READ_ONCE(pd->recent[prism_recent_slot(current->pid)]);
 	group = prism_alloc_tier(key, current->pid, PRISM_NR_TIERS) == tier ?
 		prism_alloc_group(key) : 0;
-	fl = prism_flow_find(pd, BIT(31) |
-			     prism_recent_key(current->tgid, tier, group));
+	fl = prism_flow_find(pd, prism_flow_key(current->tgid, tier, group));
 	if (!fl || READ_ONCE(fl->rt))
 		return 0;
 	owned = prism_flow_owned(fl);

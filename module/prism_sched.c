@@ -236,7 +236,7 @@ static unsigned long prism_first_insert(struct prism_data *pd,
 
 	if (pid) {
 		u32 *recent = &pd->recent[prism_recent_slot(pid)];
-		u32 key = prism_recent_key(pid, tier, g ? g->slot + 1 : 0);
+		u32 key = prism_recent_key(pid, tier, prism_group_nr(g));
 
 		/* Written only on a change: the line stays clean for readers. */
 		if (*recent != key)
@@ -834,7 +834,8 @@ static struct prism_flow *prism_bio_flow(struct prism_data *pd,
 		if (!g)
 			return NULL;
 	}
-	return prism_flow_find(pd, prism_flow_key(current->tgid, tier, g));
+	return prism_flow_find(pd, prism_flow_key(current->tgid, tier,
+						  prism_group_nr(g)));
 }
 
 /* The submitter's flow's sort tree, for a front merge. */
