@@ -153,7 +153,6 @@ def make_filesystem(device: Device) -> Path:
     return MOUNTPOINT
 
 
-CGROUP_ROOT = Path("/sys/fs/cgroup")
 # Each scheduler's cgroup weight file; the others have none.
 WEIGHT_FILES = {"prism": "io.prism.weight", "bfq": "io.bfq.weight"}
 
@@ -165,20 +164,19 @@ def make_cgroups(workload, scheduler: str, dev: str) -> dict:
     writeback needs both). Returns what was set, for the run's meta."""
     if not workload.cgroups:
         return {}
-    if not (CGROUP_ROOT / "cgroup.subtree_control").exists():
-        g.sh(f"mount -t cgroup2 none {CGROUP_ROOT}")
-    (CGROUP_ROOT / "cgroup.subtree_control").write_text("+io +memory\n")
+    if g.cgroup_root() is None:
+        raise SystemExit(f"bench: {workload.name} needs cgroup v2 at {g.CGROUP_ROOT}")
     wfile = WEIGHT_FILES.get(parse_scheduler(scheduler)[0])
     mm = (g.SYS_BLOCK / dev / "dev").read_text().strip()
     set_: dict = {"weight_file": wfile, "weights": {}, "io_max": {}}
     for name, weight in workload.cgroups:
-        cg = CGROUP_ROOT / f"prism-bench-{name}"
+        cg = g.CGROUP_ROOT / f"prism-bench-{name}"
         cg.mkdir(exist_ok=True)
         if wfile:
             (cg / wfile).write_text(f"{weight}\n")
             set_["weights"][name] = weight
     for name, spec in workload.io_max:
-        (CGROUP_ROOT / f"prism-bench-{name}" / "io.max").write_text(f"{mm} {spec}\n")
+        (g.CGROUP_ROOT / f"prism-bench-{name}" / "io.max").write_text(f"{mm} {spec}\n")
         set_["io_max"][name] = spec
     return set_
 
@@ -186,7 +184,7 @@ def make_cgroups(workload, scheduler: str, dev: str) -> dict:
 def remove_cgroups(workload) -> None:
     for name, _ in workload.cgroups:
         with contextlib.suppress(OSError):
-            (CGROUP_ROOT / f"prism-bench-{name}").rmdir()
+            (g.CGROUP_ROOT / f"prism-bench-{name}").rmdir()
 
 
 def run_one(run: dict, device: Device, plan: dict, rundir: Path) -> dict:

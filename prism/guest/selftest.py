@@ -15,6 +15,7 @@ import json
 import math
 import os
 import random
+import shlex
 import subprocess
 import threading
 import time
@@ -1731,7 +1732,7 @@ def run_held(dev: str, nr: int, low: list[str], high: bool = True,
             time.sleep(0.1)
     low_cmd = ["fio"] + common + ["--name=low", "--iodepth=64", "--offset=512M"] + low
     if cgroup:
-        low_cmd = ["bash", "-c", f'echo $$ > {cgroup}/cgroup.procs && exec "$@"', "--"] + low_cmd
+        low_cmd = g.cgroup_argv(Path(cgroup), low_cmd)
     procs.append(subprocess.Popen(low_cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                   text=True))
     try:
@@ -2443,7 +2444,7 @@ def check_stress(ctx) -> dict:
 
 def in_cgroup(cg: Path, cmd: str) -> subprocess.Popen:
     """@cmd (a shell command) started in cgroup @cg."""
-    return subprocess.Popen(["bash", "-c", f'echo $$ > "{cg}/cgroup.procs" && exec {cmd}'],
+    return subprocess.Popen(g.cgroup_argv(cg, shlex.split(cmd)),
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
@@ -2473,12 +2474,9 @@ def check_cgroup_weight(ctx) -> dict:
     prism and back under a cgroup's I/O leaves the books balanced. (The
     unload check afterwards unloads the module the policy came with.)"""
     dev, other = ctx["nullb"], ctx["nullb_tags"]
-    root = Path("/sys/fs/cgroup")
-    if not (root / "cgroup.subtree_control").exists():
-        g.sh(f"mount -t cgroup2 none {root}", check=False)
-    if not (root / "cgroup.subtree_control").exists():
+    root = g.cgroup_root()
+    if root is None:
         return {"ok": False, "error": "no cgroup v2 hierarchy at /sys/fs/cgroup"}
-    g.sh(f"echo +io > {root}/cgroup.subtree_control", check=False)
     g.set_scheduler(dev, "prism")
     g.set_scheduler(other, "bfq")
     mm = (g.SYS_BLOCK / dev / "dev").read_text().strip()
@@ -2544,18 +2542,6 @@ def check_cgroup_weight(ctx) -> dict:
     return {"ok": ok, **out, "line": line, **books}
 
 
-def cgroup_root() -> Path | None:
-    """The cgroup v2 hierarchy with the io and memory controllers enabled
-    for its children (cgroup writeback needs both), None if there is none."""
-    root = Path("/sys/fs/cgroup")
-    if not (root / "cgroup.subtree_control").exists():
-        g.sh(f"mount -t cgroup2 none {root}", check=False)
-    if not (root / "cgroup.subtree_control").exists():
-        return None
-    g.sh(f"echo '+io +memory' > {root}/cgroup.subtree_control", check=False)
-    return root
-
-
 def make_cgroup(root: Path, name: str, weight: int) -> Path:
     cg = root / name
     cg.mkdir(exist_ok=True)
@@ -2615,7 +2601,7 @@ def check_cgroup_shares(ctx) -> dict:
     of equal weight, within 15%; an IDLE reader ("ionice -c3") yields to
     a BE one in another cgroup even at ten times its weight (it gets less
     than a quarter)."""
-    root = cgroup_root()
+    root = g.cgroup_root()
     if root is None:
         return {"ok": False, "error": "no cgroup v2 hierarchy at /sys/fs/cgroup"}
     runs = [cgroup_share_run(root, ctx[d], w)
@@ -2653,7 +2639,7 @@ def check_cgroup_writeback(ctx) -> dict:
     all, from /sys/block), not the flusher; the reader completes reads in
     every second of its run (fio's per-second log); the books balance."""
     dev = ctx["virtio"]
-    root = cgroup_root()
+    root = g.cgroup_root()
     if root is None:
         return {"ok": False, "error": "no cgroup v2 hierarchy at /sys/fs/cgroup"}
     if "memory" not in (root / "cgroup.subtree_control").read_text().split():
@@ -2715,7 +2701,7 @@ def check_cgroup_weight_helper(ctx) -> dict:
     cgroup's; --self, run inside a cgroup (as a unit's ExecStartPost=),
     its own; on the root cgroup it fails with a message and changes
     nothing."""
-    root = cgroup_root()
+    root = g.cgroup_root()
     if root is None:
         return {"ok": False, "error": "no cgroup v2 hierarchy at /sys/fs/cgroup"}
     if not CGROUP_WEIGHT_HELPER.exists():
@@ -2738,7 +2724,7 @@ def check_cgroup_weight_helper(ctx) -> dict:
     def run(*args: str, cg: Path | None = None) -> subprocess.CompletedProcess:
         cmd = [str(CGROUP_WEIGHT_HELPER), *args]
         if cg is not None:
-            cmd = ["bash", "-c", f'echo $$ > "{cg}/cgroup.procs" && exec "$@"', "--", *cmd]
+            cmd = g.cgroup_argv(cg, cmd)
         return subprocess.run(cmd, text=True, capture_output=True, timeout=60)
 
     out: dict = {}

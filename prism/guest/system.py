@@ -376,6 +376,26 @@ def prism_flows(dev: str) -> list[dict]:
     return out
 
 
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+
+
+def cgroup_root() -> Path | None:
+    """The cgroup v2 hierarchy (mounted if it is not), with the io and
+    memory controllers enabled for its children (cgroup writeback needs
+    both); None if there is none."""
+    if not (CGROUP_ROOT / "cgroup.subtree_control").exists():
+        sh(f"mount -t cgroup2 none {CGROUP_ROOT}", check=False)
+    if not (CGROUP_ROOT / "cgroup.subtree_control").exists():
+        return None
+    sh(f"echo '+io +memory' > {CGROUP_ROOT}/cgroup.subtree_control", check=False)
+    return CGROUP_ROOT
+
+
+def cgroup_argv(cg: Path, argv: Sequence[str]) -> list[str]:
+    """@argv run in cgroup @cg: a shell moves itself there, then execs it."""
+    return ["bash", "-c", f'echo $$ > "{cg}/cgroup.procs" && exec "$@"', "--", *argv]
+
+
 def parse_prism_cgroups(text: str) -> dict[str, dict]:
     """debugfs "cgroups" by path: cgroup (its id), weight, cost_us, bytes,
     dispatched, queued and owned (the path, last, may hold spaces)."""
