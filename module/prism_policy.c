@@ -305,15 +305,31 @@ static bool pick_share(const struct prism_tier_view view[PRISM_NR_TIERS],
  * their shares of it. Without this a chain of small dependent requests,
  * whose own cost is tiny next to the gaps held for it, would keep a bulk
  * tier from ever earning a dispatch.
+ *
+ * But by no more than makes a tier owed its next dispatch, as a flow's
+ * idle charge is capped at one request (prism_fq_charge_idle()): idle
+ * time is wall-clock time and credit is spent in the model's cost,
+ * which can be a hundred times shorter, so a few milliseconds held would
+ * otherwise release a burst of dozens of lower requests into the device
+ * the moment the hold ends.
  */
 void prism_account_idle(struct prism_batch *b, const struct prism_tunables *t,
 			u32 queued_tiers, int tier, u64 ns)
 {
 	int lower;
 
-	for (lower = tier + 1; lower < PRISM_NR_TIERS; lower++)
-		if (queued_tiers & (1U << lower))
-			b->credit[lower] += (s64)(t->share[lower] * ns);
+	for (lower = tier + 1; lower < PRISM_NR_TIERS; lower++) {
+		u32 share = t->share[lower];
+		s64 owed, credit;
+
+		if (!(queued_tiers & (1U << lower)) || !share)
+			continue;
+		owed = (s64)((PRISM_SHARE_UNIT - share) * share_est(b, lower));
+		credit = b->credit[lower] + (s64)(share * ns);
+		if (credit > owed)
+			credit = b->credit[lower] > owed ? b->credit[lower] : owed;
+		b->credit[lower] = credit;
+	}
 }
 
 /* A tier that holds the device for the tiers below it. */

@@ -781,15 +781,21 @@ TEST(account_one_tier_clears_credits)
 /*
  * Idle time held for a tier's next link counts as that tier's: the
  * waiting tiers below earn their share of it, so a bulk tier beside a
- * chain of small dependent requests still earns dispatches.
+ * chain of small dependent requests still earns dispatches; but no more
+ * than its next dispatch, however long the device idled.
  */
 TEST(idle_hold_time_earns_lower_shares)
 {
 	struct prism_tunables t = flow_defaults();
 	struct prism_batch b;
 	u32 queued = (1U << PRISM_NORMAL) | (1U << PRISM_LOW);
+	s64 low_owed = (s64)(PRISM_SHARE_UNIT - t.share[PRISM_LOW]) * 2000000;
+	s64 normal_owed =
+		(s64)(PRISM_SHARE_UNIT - t.share[PRISM_NORMAL]) * 2000000;
 
 	prism_batch_reset(&b);
+	b.last_cost[PRISM_LOW] = 2000000;
+	b.last_cost[PRISM_NORMAL] = 2000000;
 	prism_account_idle(&b, &t, queued, PRISM_NORMAL, 5000000);
 	CHECK_EQ(b.credit[PRISM_LOW], 10LL * 5000000);
 	CHECK_EQ(b.credit[PRISM_NORMAL], 0);	/* not below itself */
@@ -797,6 +803,15 @@ TEST(idle_hold_time_earns_lower_shares)
 	prism_account_idle(&b, &t, 1U << PRISM_NORMAL, PRISM_HIGH, 5000000);
 	CHECK_EQ(b.credit[PRISM_LOW], 10LL * 5000000);
 	CHECK_EQ(b.credit[PRISM_NORMAL], 25LL * 5000000);
+
+	/* A long hold makes each tier owed one dispatch, not a burst. */
+	prism_account_idle(&b, &t, queued, PRISM_HIGH, 1000000000);
+	CHECK_EQ(b.credit[PRISM_LOW], low_owed);
+	CHECK_EQ(b.credit[PRISM_NORMAL], normal_owed);
+	/* Credit above that, earned by dispatches, is kept, not cut. */
+	b.credit[PRISM_LOW] = 3 * low_owed;
+	prism_account_idle(&b, &t, queued, PRISM_NORMAL, 1000000000);
+	CHECK_EQ(b.credit[PRISM_LOW], 3 * low_owed);
 }
 
 /*
