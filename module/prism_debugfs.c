@@ -108,7 +108,9 @@ static int prism_streams_show(void *data, struct seq_file *m)
  * allocations its flow limit shallowed, its think time, and its group's
  * cgroup (cgroup_id(), 0 for the tier's own flows: the "cgroups" file has
  * the paths). Then the fair queues, the groups' and the table's
- * overflows.
+ * overflows. A command may hold spaces (prctl(PR_SET_NAME)): they and
+ * backslashes are written as octal escapes (\040, \134), so every line
+ * splits on white space.
  */
 static int prism_flows_show(void *data, struct seq_file *m)
 {
@@ -124,8 +126,10 @@ static int prism_flows_show(void *data, struct seq_file *m)
 
 		if (!fl->key && !fl->inserted)
 			continue;
-		seq_printf(m, "%d %u %s %s %u %d %lld %llu %llu %llu %u %llu %lld %llu %llu\n",
-			   i, fl->id, fl->comm, prism_tier_name[fl->tier],
+		seq_printf(m, "%d %u ", i, fl->id);
+		seq_escape(m, fl->comm, " \t\n\\");
+		seq_printf(m, " %s %u %d %lld %llu %llu %llu %u %llu %lld %llu %llu\n",
+			   prism_tier_name[fl->tier],
 			   fl->fq.weight, fl->fq.backlogged,
 			   div_s64(lead * PRISM_WEIGHT_UNIT, PRISM_VT_SCALE),
 			   div_u64(fl->cost, NSEC_PER_USEC), fl->bytes,

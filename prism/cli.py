@@ -30,6 +30,7 @@ from pathlib import Path
 
 from . import __version__
 from .bench import plan
+from .common import status as prism_status
 from .common import workloads
 from .common.errors import PrismError, Terminated, UsageError
 from .drives import diskmodel, nbd
@@ -111,14 +112,10 @@ def cmd_build(args) -> int:
 
 def cmd_status(args) -> int:
     """What prism is doing on this machine's disks: sysfs and debugfs."""
-    from .guest import status
-    for dev in args.devs:
-        if not (status.SYS_BLOCK / dev / "queue" / "scheduler").exists():
-            raise UsageError(f"{dev}: no such disk with an I/O scheduler under "
-                             f"{status.SYS_BLOCK}")
-    records = status.status(args.devs or None)
-    print(status.to_json(records) if args.json else status.format_status(records), end="")
-    return 0
+    try:
+        return prism_status.run(args.devs, args.json, args.watch)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
 
 
 def cmd_kernels_list(args) -> int:
@@ -478,10 +475,10 @@ def parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_build)
 
     p = sub.add_parser("status", help="what prism is doing on this machine's disks: the "
-                       "scheduler, changed tunables, tiers, holds, latency (reads only; "
-                       "prism's part of it needs root and debugfs)")
-    p.add_argument("devs", nargs="*", metavar="DEV", help="disks (default: every one)")
-    p.add_argument("--json", action="store_true", help="the same as JSON")
+                       "scheduler, changed tunables, tiers, holds, the busiest processes "
+                       "and cgroups, latency (reads only; prism's part of it needs root "
+                       "and debugfs; the package ships it as prism-status)")
+    prism_status.add_arguments(p)
     p.set_defaults(func=cmd_status)
 
     p = sub.add_parser("checkpatch", help="checkpatch.pl --no-tree -f on the module")

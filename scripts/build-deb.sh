@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Build the Debian package prism-iosched-dkms (the module's source for
-# DKMS, and the udev rules) into OUTDIR, then check it with lintian:
+# DKMS, the udev rules, prism-status and prism-cgroup-weight) into
+# OUTDIR, then check it with lintian:
 #   scripts/build-deb.sh [OUTDIR]        (default: dist/)
 #   apt install ./dist/prism-iosched-dkms_VERSION_all.deb
 # Needs debhelper and dh-dkms (apt-get install debhelper dh-dkms; lintian
@@ -20,6 +21,9 @@ trap 'rm -rf "$work"' EXIT
 src="$work/prism-iosched-$version"
 mkdir -p "$src"
 cp -r module packaging "$src/"
+# prism-status: the harness's status module, which stands alone.
+mkdir -p "$src/prism/common"
+cp prism/common/status.py "$src/prism/common/"
 cp -r packaging/debian "$src/debian"
 cp module/dkms.conf "$src/debian/prism-iosched-dkms.dkms"
 cat >"$src/debian/changelog" <<CHANGES

@@ -53,10 +53,16 @@ def test_package_holds_the_source_and_the_rules(deb):
                  *build.MODULE_FILES):
         assert src + name in files, name
     for rules in ("60-prism-rotational.rules", "60-prism-nonrotational.rules",
-                  "60-prism-all.rules"):
+                  "60-prism-all.rules", "61-prism-settings.rules"):
         assert "./usr/share/prism-iosched/udev/" + rules in files
     # The helper that applies systemd's IOWeight= to io.prism.weight.
     assert "./usr/sbin/prism-cgroup-weight" in files
+    # prism status, standalone (tests/test_status.py checks it needs only the
+    # standard library), and the python3 it runs on.
+    assert "./usr/sbin/prism-status" in files
+    depends = subprocess.run(["dpkg-deb", "-f", str(deb), "Depends"], capture_output=True,
+                             text=True).stdout
+    assert "python3 (>= 3.10)" in depends, depends
     # The description states the series prism is tested on (kernel-range).
     desc = subprocess.run(["dpkg-deb", "-f", str(deb), "Description"], capture_output=True,
                           text=True).stdout
@@ -202,3 +208,21 @@ def test_udev_rules(name, rotational):
                        (256, False), (1023, False)):
         assert any(fnmatch.fnmatch(str(nr), alt)
                    for alt in "[1-9]|[1-5][0-9]|6[0-3]".split("|")) == raised, nr
+
+
+def test_settings_rule_is_off_guarded_and_names_real_tunables():
+    """61-prism-settings.rules ships with every setting commented out, acts
+    only where prism is in force, and its examples name tunables the module
+    has (selftest's udev_rules check has udev apply it, uncommented, in a
+    guest)."""
+    text = (RULES / "61-prism-settings.rules").read_text()
+    lines = [line for line in text.splitlines() if line and not line.startswith("#")]
+    assert 'TEST!="queue/iosched/low_share", GOTO="prism_settings_end"' in lines
+    assert lines[-1] == 'LABEL="prism_settings_end"'
+    assert not any("ATTR{queue/iosched/" in line and "=\"" in line.split("ATTR{queue/iosched/")[1]
+                   for line in lines), "a setting is on by default"
+    examples = re.findall(r'^#.*ATTR\{queue/iosched/(\w+)\}="(\d+)"', text, re.M)
+    assert len(examples) >= 3
+    known = build.module_tunables()
+    for name, _value in examples:
+        assert name in known, name

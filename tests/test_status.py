@@ -1,12 +1,17 @@
 """prism status on a fake /sys and debugfs, in the formats the module
-writes (module/prism_debugfs.c): what it reads, what it says."""
+writes (module/prism_debugfs.c): what it reads, what it says; and that
+it stands alone, as the package ships it."""
 
+import ast
+import io
 import json
+import subprocess
+import sys
 
 import pytest
 
 from prism import cli
-from prism.guest import status
+from prism.common import status
 from prism.guest.selftest import KEYWORD_TUNABLES, TUNABLES
 
 TIERS = ("tier queued inserted requeued dispatched merged aged shared expired completed "
@@ -24,6 +29,14 @@ FLIGHT = ("tier inflight think_us think_samples chain_us chain_samples chain_qui
 CGROUPS = ("cgroup weight cost_us bytes dispatched queued owned path\n"
            "4242 300 1500000 104857600 800 3 5 /system.slice/my db.service\n"
            "77 100 500000 1048576 20 0 0 /backup.slice\n")
+FLOWS = ("slot pid comm tier weight backlogged vt_lead cost_us bytes dispatched queued owned "
+         "throttled think_us cgroup\n"
+         "0 311 pg\\040worker\\134 normal 100 1 0 900000 10485760 500 2 3 0 150 4242\n"
+         "1 88 tar low 25 1 0 2000000 524288000 4000 9 16 0 0 0\n"
+         "2 12 kworker/u4:1 normal 100 0 0 1000 4096 1 0 0 0 0 5\n"
+         "fq high vtime=0 wsum=0 backlogged=0\n"
+         "group 4242 normal weight=300 backlogged=1 flows=1 vtime=0 wsum=100\n"
+         "group_overflows=0\noverflows=0\n")
 # Buckets 0..3 of lower bounds 0, 1 ms, 2 ms, 4 ms (the module has 66).
 LATENCY = ("bucket_ns 0 1000000 2000000 4000000\n"
            "wait high read 0 0 0 0\n"
@@ -51,8 +64,13 @@ def fake(tmp_path, monkeypatch):
     (sched / "flight").write_text(FLIGHT)
     (sched / "latency").write_text(LATENCY)
     (sched / "cgroups").write_text(CGROUPS)
+    (sched / "flows").write_text(FLOWS)
+    mounts = tmp_path / "mounts"
+    mounts.write_text(f"sysfs /sys sysfs rw 0 0\ndebugfs {dbg} debugfs rw 0 0\n")
     monkeypatch.setattr(status, "SYS_BLOCK", sysb)
     monkeypatch.setattr(status, "DEBUGFS", dbg)
+    monkeypatch.setattr(status, "MOUNTS", mounts)
+    monkeypatch.setattr(status, "LOCKDOWN", tmp_path / "no-lockdown")
     return sched
 
 
@@ -80,13 +98,96 @@ def test_status_reads_prism_and_names_what_changed(fake):
     assert rows[1].split()[:2] == ["77", "100"]
 
 
-def test_status_without_debugfs_says_how_to_get_it(fake):
+def test_status_shows_the_busiest_processes_with_their_cgroups(fake):
+    sda = status.disk_status("sda")
+    flows = sda["flows"]
+    # The most served first; a command with a space and a backslash whole.
+    assert [f["pid"] for f in flows] == [88, 311, 12]
+    assert flows[1]["comm"] == "pg worker\\"
+    assert flows[1]["cgroup"] == "/system.slice/my db.service" and flows[0]["cgroup"] == "/"
+    assert flows[2]["cgroup"] == "5"         # a cgroup the cgroups file no longer lists
+    text = status.format_status([sda])
+    row = next(ln for ln in text.splitlines() if ln.strip().startswith("311"))
+    assert "pg worker\\" in row and row.endswith("/system.slice/my db.service")
+    assert "900" in row and row.split()[-4:-2] == ["2", "3"]
+
+
+def test_status_without_debugfs_says_how_to_get_it(fake, monkeypatch, tmp_path):
     for f in fake.iterdir():
         f.unlink()
     fake.rmdir()
+    monkeypatch.setattr(status.os, "geteuid", lambda: 1000)
+    assert "run as root" in status.format_status(status.status(["sda"]))
+    (tmp_path / "lockdown").write_text("none integrity [confidentiality]\n")
+    monkeypatch.setattr(status, "LOCKDOWN", tmp_path / "lockdown")
+    assert "kernel lockdown (confidentiality) hides debugfs" in \
+        status.format_status(status.status(["sda"]))
+    status.MOUNTS.write_text("sysfs /sys sysfs rw 0 0\n")
     text = status.format_status(status.status(["sda"]))
-    assert "not readable: as root, with debugfs mounted" in text
-    assert "mount -t debugfs" in text
+    assert "debugfs is not mounted" in text and "mount -t debugfs" in text
+    # The scheduler and tunables are still shown.
+    assert "tunables away from the defaults: low_share=5" in text
+
+
+def test_status_says_when_lockdown_hides_the_latency_file(fake, monkeypatch, tmp_path):
+    """Lockdown in integrity mode (Secure Boot on Debian) refuses debugfs
+    files that can be written, prism's latency; the rest still reads."""
+    (tmp_path / "lockdown").write_text("none [integrity] confidentiality\n")
+    monkeypatch.setattr(status, "LOCKDOWN", tmp_path / "lockdown")
+    real = status._read
+
+    def refuse_latency(path):
+        if path.name == "latency":
+            raise status.Unreadable(f"[Errno 1] Operation not permitted: '{path}'")
+        return real(path)
+    monkeypatch.setattr(status, "_read", refuse_latency)
+    sda = status.disk_status("sda")
+    assert sda["tiers"]["low"]["queued"] == 7 and sda["latency"] == {}
+    assert "kernel lockdown (integrity) hides the latency histograms" in \
+        status.format_status([sda])
+
+
+def test_status_watch_refreshes_until_interrupted(fake, monkeypatch):
+    sleeps = []
+
+    def sleep(secs):
+        sleeps.append(secs)
+        if len(sleeps) == 2:
+            raise KeyboardInterrupt
+    monkeypatch.setattr(status.time, "sleep", sleep)
+    out = io.StringIO()
+    assert status.run(["sda"], as_json=True, watch=0.5, out=out) == 0
+    lines = out.getvalue().splitlines()
+    assert sleeps == [0.5, 0.5] and len(lines) == 2
+    assert json.loads(lines[1])[0]["tiers"]["low"]["queued"] == 7
+
+
+def test_status_stands_alone_on_the_standard_library():
+    """The package installs the file as /usr/sbin/prism-status: it may
+    import nothing but the standard library, and runs as a script."""
+    tree = ast.parse(open(status.__file__).read())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            assert node.level == 0, "a relative import"
+            names = [node.module]
+        elif isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        else:
+            continue
+        for name in names:
+            top = name.split(".")[0]
+            assert top in sys.stdlib_module_names or top == "__future__", name
+    r = subprocess.run([sys.executable, "-I", status.__file__, "--help"], cwd="/",
+                       capture_output=True, text=True)
+    assert r.returncode == 0 and "prism-status" in r.stdout, r.stderr
+    r = subprocess.run([sys.executable, "-I", status.__file__, "no-such-disk"], cwd="/",
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and "no-such-disk: no such disk" in r.stderr
+
+
+def test_status_defaults_are_the_modules():
+    assert status.DEFAULTS == {n: str(spec[0]) for n, spec in
+                               (TUNABLES | KEYWORD_TUNABLES).items()}
 
 
 def test_status_latency_off_and_json(fake, capsys):
@@ -100,3 +201,9 @@ def test_status_latency_off_and_json(fake, capsys):
 def test_status_refuses_an_unknown_disk(fake, capsys):
     assert cli.main(["status", "sdz"]) == 2
     assert "sdz: no such disk" in capsys.readouterr().err
+
+
+def test_status_refuses_a_watch_of_no_time(fake, capsys):
+    with pytest.raises(SystemExit) as e:
+        cli.main(["status", "--watch", "0"])
+    assert e.value.code == 2 and "not a number of seconds above 0" in capsys.readouterr().err

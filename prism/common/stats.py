@@ -12,6 +12,9 @@ import statistics
 from collections.abc import Sequence
 from pathlib import Path
 
+# In the shipped status script (stdlib only); re-exported for the reports.
+from .status import hist_quantile  # noqa: F401
+
 PERCENTILES = {"p50": "50.000000", "p95": "95.000000", "p99": "99.000000",
                "p99_9": "99.900000"}
 
@@ -88,28 +91,6 @@ def summarize(values: list[float]) -> dict:
     sd = statistics.stdev(vals) if n > 1 else 0.0
     ci = t95(n - 1) * sd / math.sqrt(n) if n > 1 else None
     return {"n": n, "mean": mean, "sd": sd, "ci95": ci, "min": min(vals), "max": max(vals)}
-
-
-def hist_quantile(bounds: Sequence[int], counts: dict, q: float) -> float | None:
-    """The @q quantile (0-1) of a histogram: @bounds are the buckets'
-    lower bounds (the last bucket open-ended), @counts {bucket index:
-    count} (JSON may have made the keys strings). Linear inside the
-    bucket that holds it; the last bucket gives its lower bound."""
-    hist = {int(k): int(v) for k, v in counts.items()}
-    total = sum(hist.values())
-    if not total:
-        return None
-    rank = q * total
-    seen = 0
-    for b in sorted(hist):
-        n = hist[b]
-        if seen + n >= rank:
-            lo = bounds[b]
-            if b + 1 >= len(bounds):
-                return float(lo)
-            return lo + (bounds[b + 1] - lo) * max(0.0, rank - seen) / n
-        seen += n
-    return float(bounds[max(hist)])
 
 
 def paired_ratio(pairs: Sequence[tuple[float | None, float | None]]) -> dict:

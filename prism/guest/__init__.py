@@ -5,8 +5,7 @@ copy of this package in the run directory. system.py holds the helpers
 schedulers, run fio, read prism's debugfs); selftest.py is the check
 suite, benchrun.py executes a benchmark plan (also on the host, for a real
 device the user names), pgbench.py runs PostgreSQL on the device under
-test, blktests.py runs blktests' block group; status.py is prism status,
-which reads the same files on an operator's machine where prism runs (the
-checks run it in the guest too). It imports only itself and
+test, blktests.py runs blktests' block group (prism status, which the
+checks also run here, is prism.common.status). It imports only itself and
 prism.common: nothing of the host, the drives or the benchmark above it.
 """

@@ -16,7 +16,9 @@ import math
 import os
 import random
 import shlex
+import shutil
 import subprocess
+import sys
 import threading
 import time
 import traceback
@@ -1456,7 +1458,7 @@ def check_latency_hist(ctx) -> dict:
           "high_write_device": p50("device", "high write")}
     # prism status reads the same files as an operator's tool: it must
     # parse what the module writes.
-    from . import status
+    from ..common import status
     st = status.disk_status(dev)
     status_ok = (st["scheduler"] == "prism" and sorted(st.get("tiers", {})) ==
                  ["high", "low", "normal"] and "device_depth" in st.get("flight", {})
@@ -2794,6 +2796,194 @@ def check_unload(ctx) -> dict:
             "unloaded": unloaded, "reload_cycle": again, "cgroup_policy_gone": policy_gone}
 
 
+SECURITYFS = Path("/sys/kernel/security")
+# A reader whose command has a space: debugfs escapes it, status unescapes.
+SPACED_COMM = "my reader"
+SPACED_READER = (
+    "import sys\n"
+    "open('/proc/self/comm', 'w').write(sys.argv[2])\n"
+    "with open(sys.argv[1], 'rb', buffering=0) as f:\n"
+    "    while f.read(1 << 20):\n"
+    "        pass\n")
+
+
+def check_status_tool(ctx) -> dict:
+    """The shipped prism-status (this package's status.py run as a script,
+    as /usr/sbin/prism-status is) on a busy prism queue: its tiers,
+    flight, latency percentiles, and the busiest processes, among them one
+    whose command holds a space; on a disk without prism, that disk's
+    scheduler only. Then with the kernel locked down to integrity (what
+    Secure Boot gives on Debian; raised at run time, as lockdown=integrity
+    on the command line would have it, but after prism is loaded: a
+    locked-down kernel loads no unsigned module): prism's read-only files
+    still read, and status says the latency histograms are hidden. Last of
+    all the checks: lockdown lasts until the guest powers off."""
+    from ..common import status
+    dev, other = ctx["nullb"], ctx["virtio"]
+    if not g.module_loaded():
+        g.load_prism()
+    g.set_scheduler(dev, "prism")
+    g.set_scheduler(other, "none")
+    g.prism_latency_keep(dev, True)
+    script = Path(status.__file__)
+
+    def run_status(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-I", str(script), *args], text=True,
+                              capture_output=True, timeout=120)
+
+    fio = subprocess.Popen(["fio", f"--filename=/dev/{dev}", "--direct=1", "--time_based=1",
+                            "--runtime=30", "--ioengine=libaio", "--name=rt", "--prioclass=1",
+                            "--rw=randread", "--bs=4k", "--iodepth=2", "--name=idle",
+                            "--prioclass=3", "--rw=read", "--bs=64k", "--iodepth=4"],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    reader = subprocess.Popen([sys.executable, "-c", SPACED_READER, f"/dev/{dev}", SPACED_COMM],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    out: dict = {}
+    try:
+        time.sleep(5)
+        busy = run_status("--json", dev, other)
+        text = run_status(dev).stdout
+        out["busy"] = {"rc": busy.returncode, "stderr": busy.stderr[-500:]}
+        recs = {r["dev"]: r for r in json.loads(busy.stdout)} if busy.returncode == 0 else {}
+        mine = recs.get(dev, {})
+        out["busy"].update({
+            "tiers": sorted(mine.get("tiers", {})),
+            "flight_keys": len(mine.get("flight", {})),
+            "comms": sorted({f["comm"] for f in mine.get("flows", [])}),
+            "latency": sorted(mine.get("latency", {})),
+            "other": {k: recs.get(other, {}).get(k) for k in ("scheduler", "tiers")},
+            "spaced_in_text": SPACED_COMM in text})
+        if not (SECURITYFS / "lockdown").exists():
+            g.sh(f"mount -t securityfs none {SECURITYFS}", check=False)
+        lock = SECURITYFS / "lockdown"
+        if lock.exists():
+            lock.write_text("integrity\n")
+            out["lockdown"] = lock.read_text().strip()
+            locked = run_status("--json", dev)
+            rec = json.loads(locked.stdout)[0] if locked.returncode == 0 else {}
+            out["locked"] = {"rc": locked.returncode, "tiers": sorted(rec.get("tiers", {})),
+                             "latency": rec.get("latency"),
+                             "hidden": rec.get("latency_hidden", ""),
+                             "text": run_status(dev).stdout[-2000:]}
+        else:
+            out["lockdown"] = None
+    finally:
+        for p in (fio, reader):
+            p.kill()
+            p.wait()
+    g.set_scheduler(dev, "none")
+    if out.get("lockdown") is None:
+        g.prism_latency_keep(dev, False)
+    unloaded = g.unload_prism().returncode == 0
+    b, lk = out["busy"], out.get("locked", {})
+    tiers = ["high", "low", "normal"]
+    ok = (b["rc"] == 0 and b["tiers"] == tiers and b["flight_keys"] >= 8
+          and SPACED_COMM in b["comms"] and "fio" in b["comms"]
+          and any(k.startswith("device high") for k in b["latency"])
+          and b["other"] == {"scheduler": "none", "tiers": None} and b["spaced_in_text"]
+          and out.get("lockdown") == "none [integrity] confidentiality"
+          and lk.get("rc") == 0 and lk.get("tiers") == tiers and lk.get("latency") == {}
+          and "kernel lockdown (integrity) hides the latency" in lk.get("text", "")
+          and unloaded)
+    return {"ok": ok, "unloaded": unloaded, **out}
+
+
+UDEV_RULES = Path(__file__).resolve().parents[2] / "packaging" / "udev"
+UDEV_RUN_RULES = Path("/run/udev/rules.d")
+
+
+def settings_rules_for(dev: str) -> str:
+    """The shipped 61-prism-settings.rules with its examples uncommented,
+    the per-disk one matched to @dev by name (null_blk has no serial), and
+    a value the module refuses after them."""
+    out = []
+    for line in (UDEV_RULES / "61-prism-settings.rules").read_text().splitlines():
+        if line.startswith(("#ATTR", "#ENV")):
+            line = line[1:]
+        if line.startswith("ENV{ID_SERIAL}=="):
+            line = f'KERNEL=="{dev}", ' + line.split(", ", 1)[1]
+        if line.startswith("LABEL="):
+            out.append('ATTR{queue/iosched/normal_share}="1000"')
+        out.append(line)
+    return "\n".join(out) + "\n"
+
+
+def check_udev_rules(ctx) -> dict:
+    """The package's udev rules, applied by udev itself (udevd started here
+    if the guest has none, the rules put in /run/udev/rules.d): the
+    rotational rule leaves a non-rotational disk alone, and the settings
+    rule does nothing where prism is not in force; 60-prism-all.rules
+    selects prism and raises nr_requests to 64, and the settings rule,
+    uncommented, sets its tunables, the per-disk line on that disk only,
+    on a change event and on a disk added later; a refused value (a share
+    of 1000%) leaves the old one and the lines after it still apply."""
+    dev = ctx["nullb"]
+    started = False
+    out: dict = {}
+    if not Path("/run/udev/control").exists():
+        g.sh("/lib/systemd/systemd-udevd --daemon")
+        started = True
+        for _ in range(50):
+            if Path("/run/udev/control").exists():
+                break
+            time.sleep(0.1)
+    UDEV_RUN_RULES.mkdir(parents=True, exist_ok=True)
+    installed = [UDEV_RUN_RULES / n for n in
+                 ("60-prism-rotational.rules", "60-prism-all.rules", "61-prism-settings.rules")]
+
+    def trigger() -> None:
+        g.sh("udevadm control --reload")
+        g.sh(f"udevadm trigger --action=change --subsystem-match=block --sysname-match={dev}")
+        g.sh("udevadm settle --timeout=30")
+
+    def state(name: str) -> dict:
+        got = {"scheduler": g.schedulers(name)[1],
+               "nr_requests": (g.SYS_BLOCK / name / "queue" / "nr_requests").read_text().strip()}
+        if got["scheduler"] == "prism":
+            for t in ("low_share", "be_tiers", "low_rate_kbps", "normal_share"):
+                got[t] = g.read_tunable(name, t)
+        return got
+
+    try:
+        g.set_scheduler(dev, "none")
+        rotational = (g.SYS_BLOCK / dev / "queue" / "rotational").read_text().strip()
+        shutil.copy2(UDEV_RULES / "60-prism-rotational.rules", installed[0])
+        installed[2].write_text(settings_rules_for(dev))
+        trigger()
+        out["rotational_rule"] = {"rotational": rotational, **state(dev)}
+        installed[0].unlink()
+        shutil.copy2(UDEV_RULES / "60-prism-all.rules", installed[1])
+        g.set_scheduler(dev, "none")
+        trigger()
+        out["change"] = state(dev)
+        g.set_scheduler(dev, "none")
+        with g.temporary_nullb("udevadd", depth=2, completion_us=100) as added:
+            g.sh("udevadm settle --timeout=30")
+            out["added"] = {"dev": added, **state(added)}
+    finally:
+        for f in installed:
+            with contextlib.suppress(OSError):
+                f.unlink()
+        g.sh("udevadm control --reload", check=False)
+        if started:
+            g.sh("udevadm control --exit", check=False)
+        g.set_scheduler(dev, "none")
+    set_ = {"low_share": "25", "be_tiers": "1"}
+    rot = out["rotational_rule"]
+    ok = (rot["scheduler"] == ("prism" if rot["rotational"] == "1" else "none")
+          and out["change"]["scheduler"] == "prism"
+          and out["change"]["nr_requests"] == "64"
+          and all(out["change"][k] == v for k, v in set_.items())
+          and out["change"]["low_rate_kbps"] == "20480"
+          and out["change"]["normal_share"] == out["added"].get("normal_share")
+          and out["change"]["normal_share"] != "1000"
+          and out["added"]["scheduler"] == "prism"
+          and out["added"]["nr_requests"] == "64"
+          and all(out["added"][k] == v for k, v in set_.items())
+          and out["added"]["low_rate_kbps"] == "0")
+    return {"ok": ok, "udevd_started": started, **out}
+
+
 CHECKS = [
     ("load", check_load),
     ("select_nullb", check_select_nullb),
@@ -2839,7 +3029,10 @@ CHECKS = [
     ("cgroup_shares", check_cgroup_shares),
     ("cgroup_writeback", check_cgroup_writeback),
     ("cgroup_weight_helper", check_cgroup_weight_helper),
+    ("udev_rules", check_udev_rules),
     ("unload", check_unload),
+    # Last: it locks the kernel down for the rest of the boot.
+    ("status_tool", check_status_tool),
 ]
 
 

@@ -13,6 +13,15 @@ import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+# The parsers of prism's debugfs files live in the shipped status script;
+# re-exported here for the checks.
+from ..common.status import (  # noqa: F401
+    parse_prism_cgroups,
+    parse_prism_flows,
+    parse_prism_latency,
+    parse_prism_table,
+)
+
 SYS_BLOCK = Path("/sys/block")
 # The serial of the file-backed virtio disk the host attaches.
 VIRTIO_SERIAL = "prism-virtio"
@@ -245,22 +254,6 @@ def write_tunable(dev: str, name: str, value) -> int:
     return write_rc(tunable_path(dev, name), str(value))
 
 
-def parse_prism_table(text: str) -> dict:
-    """A prism debugfs file of a header line and a row per name (tiers,
-    flight), then perhaps lines of key=value pairs (flight): {row name:
-    {column: value}}, and each pair at the top level; all values int."""
-    lines = text.split("\n")
-    header = lines[0].split()
-    out: dict = {}
-    for line in lines[1:]:
-        f = line.split()
-        if len(f) == len(header) and "=" not in f[0]:
-            out[f[0]] = {k: int(v) for k, v in zip(header[1:], f[1:], strict=True)}
-        elif f:
-            out.update({k: int(v) for k, v in (kv.split("=", 1) for kv in f)})
-    return out
-
-
 def prism_tiers(dev: str) -> dict[str, dict[str, int]]:
     """prism's per-tier counters from debugfs."""
     mount_debugfs()
@@ -334,23 +327,6 @@ def prism_latency(dev: str) -> dict:
     return parse_prism_latency(prism_latency_path(dev).read_text())
 
 
-def parse_prism_latency(text: str) -> dict:
-    """debugfs "latency": the buckets' lower bounds in ns, and per "kind
-    tier direction" (e.g. "device high read") the buckets that counted
-    anything, as {bucket index: count}."""
-    lines = text.split("\n")
-    bounds = [int(v) for v in lines[0].split()[1:]]
-    hists = {}
-    for line in lines[1:]:
-        f = line.split()
-        if not f:
-            continue
-        counts = {i: int(v) for i, v in enumerate(f[3:]) if int(v)}
-        if counts:
-            hists[" ".join(f[:3]).lower()] = counts
-    return {"bounds_ns": bounds, "hists": hists}
-
-
 def prism_latency_keep(dev: str, on: bool = True) -> None:
     """Empty prism's latency histograms and keep them from now on (@on),
     or stop keeping them (they cost about 50 instructions a request)."""
@@ -359,21 +335,9 @@ def prism_latency_keep(dev: str, on: bool = True) -> None:
 
 
 def prism_flows(dev: str) -> list[dict]:
-    """prism's flows from debugfs: one record per flow line (the fair
-    queues' and overflow lines are left out)."""
+    """prism's process flows from debugfs (status.parse_prism_flows())."""
     mount_debugfs()
-    lines = (DEBUGFS / "block" / dev / "sched" / "flows").read_text().split("\n")
-    header = lines[0].split()
-    out = []
-    for line in lines[1:]:
-        f = line.split()
-        if len(f) == len(header) and f[0].isdigit():
-            rec: dict = dict(zip(header, f, strict=True))
-            for k in header:
-                if k not in ("comm", "tier"):
-                    rec[k] = int(rec[k])
-            out.append(rec)
-    return out
+    return parse_prism_flows((DEBUGFS / "block" / dev / "sched" / "flows").read_text())
 
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
@@ -394,21 +358,6 @@ def cgroup_root() -> Path | None:
 def cgroup_argv(cg: Path, argv: Sequence[str]) -> list[str]:
     """@argv run in cgroup @cg: a shell moves itself there, then execs it."""
     return ["bash", "-c", f'echo $$ > "{cg}/cgroup.procs" && exec "$@"', "--", *argv]
-
-
-def parse_prism_cgroups(text: str) -> dict[str, dict]:
-    """debugfs "cgroups" by path: cgroup (its id), weight, cost_us, bytes,
-    dispatched, queued and owned (the path, last, may hold spaces)."""
-    lines = text.splitlines()
-    if not lines:
-        return {}
-    header = lines[0].split()
-    out = {}
-    for line in lines[1:]:
-        f = line.split(maxsplit=len(header) - 1)
-        if len(f) == len(header) and all(x.isdigit() for x in f[:-1]):
-            out[f[-1]] = {k: int(v) for k, v in zip(header[:-1], f[:-1], strict=True)}
-    return out
 
 
 def prism_cgroups(dev: str) -> dict[str, dict]:

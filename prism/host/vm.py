@@ -268,6 +268,8 @@ def _guest_pythonpath(rundir: Path) -> Path:
     (lib / "packaging").mkdir()
     shutil.copy2(REPO / "packaging" / "prism-cgroup-weight",
                  lib / "packaging" / "prism-cgroup-weight")
+    # And its udev rules, which a check has udev apply.
+    shutil.copytree(REPO / "packaging" / "udev", lib / "packaging" / "udev")
     return lib
 
 
