@@ -631,8 +631,7 @@ prism_choose_viewed(struct prism_data *pd, struct blk_mq_hw_ctx *hctx,
 	ends.flow = *waited ? prism_flow_wait_end(*waited) : 0;
 	ends.refill = throttled ? prism_refill_end(pd, tun, throttled, *now) : 0;
 	until = prism_hold_until(hold, view, &flight, first, &ends);
-	if (hold == PRISM_HOLD_DEPTH && flight.lower_duty < PRISM_DUTY_FULL &&
-	    prism_paced_wait(&flight, first))
+	if (ends.paced)
 		pd->held_paced++;
 	if (hold == PRISM_HOLD_WINDOW) {
 		/* The device idles for the highest tier held for. */

@@ -698,11 +698,6 @@ u64 prism_paced_gap(u64 service, u32 duty)
 	return gap < PRISM_PACED_GAP_MAX ? gap : PRISM_PACED_GAP_MAX;
 }
 
-/*
- * How long @tier and those below still wait, paced, before one of their
- * requests may enter the device again (0: it may now). The gap counts
- * from the last of their requests to leave it.
- */
 /* The earlier of two times, 0 being none. */
 static u64 earliest(u64 a, u64 b)
 {
@@ -722,15 +717,17 @@ static u64 earliest(u64 a, u64 b)
  * its wait's cap is reached. A depth hold with nothing of HIGH or NORMAL
  * in the device ends when their activity lapses (PRISM_ACTIVE_NS after
  * now at most: the "recent" guard, the controller's limit), or, paced,
- * when the gap of @first and the tiers below has passed.
+ * when the gap of @first and the tiers below has passed (@e->paced says
+ * whether it waits for that gap, for the books).
  */
 u64 prism_hold_until(enum prism_hold hold,
 		     const struct prism_tier_view view[PRISM_NR_TIERS],
 		     const struct prism_flight *f, int first,
-		     const struct prism_hold_ends *e)
+		     struct prism_hold_ends *e)
 {
 	u64 until = e->refill, wait;
 
+	e->paced = false;
 	switch (hold) {
 	case PRISM_HOLD_WINDOW:
 		until = earliest(until, e->window);
@@ -745,6 +742,7 @@ u64 prism_hold_until(enum prism_hold hold,
 		       prism_paced_wait(f, first) : 0;
 		if (wait)
 			until = earliest(until, e->now + wait);
+		e->paced = wait != 0;
 		break;
 	case PRISM_HOLD_NONE:
 		break;
@@ -752,6 +750,11 @@ u64 prism_hold_until(enum prism_hold hold,
 	return until;
 }
 
+/*
+ * How long @tier and those below still wait, paced, before one of their
+ * requests may enter the device again (0: it may now). The gap counts
+ * from the last of their requests to leave it.
+ */
 u64 prism_paced_wait(const struct prism_flight *f, int tier)
 {
 	u64 gap = prism_paced_gap(f->lower_service, f->lower_duty);

@@ -732,12 +732,13 @@ struct prism_hold_ends {
 	u64 window;
 	u64 flow;
 	u64 refill;
+	bool paced;		/* out: a depth hold waits for a paced gap */
 };
 
 u64 prism_hold_until(enum prism_hold hold,
 		     const struct prism_tier_view view[PRISM_NR_TIERS],
 		     const struct prism_flight *f, int first,
-		     const struct prism_hold_ends *e);
+		     struct prism_hold_ends *e);
 
 /*
  * The anticipation window: the tunable, or automatically the service time

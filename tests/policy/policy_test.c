@@ -1573,12 +1573,19 @@ TEST(a_hold_lasts_until_its_earliest_end)
 	f.quiet[PRISM_LOW] = 30 * MS;
 	CHECK_EQ(prism_hold_until(PRISM_HOLD_DEPTH, v, &f, PRISM_LOW, &e),
 		 1010 * MS);
+	CHECK(e.paced);
 	v[PRISM_NORMAL].inflight = 0;
 	CHECK_EQ(prism_hold_until(PRISM_HOLD_DEPTH, v, &f, PRISM_LOW, &e),
 		 1010 * MS);
+	CHECK(e.paced);
 	f.quiet[PRISM_LOW] = 40 * MS;	/* the gap has passed */
 	CHECK_EQ(prism_hold_until(PRISM_HOLD_DEPTH, v, &f, PRISM_LOW, &e),
 		 1000 * MS + PRISM_ACTIVE_NS);
+	CHECK(!e.paced);
+	/* Only a depth hold is paced. */
+	f.quiet[PRISM_LOW] = 0;
+	prism_hold_until(PRISM_HOLD_WINDOW, v, &f, PRISM_LOW, &e);
+	CHECK(!e.paced);
 }
 
 TEST(paced_lower_tier_waits_its_gap_alone)
