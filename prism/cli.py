@@ -165,9 +165,12 @@ def cmd_kernels_update(args) -> int:
         kernels.log(f"dry run: {pins.KERNELS_PY} not written")
     else:
         moved = ",".join(c.name for c in moves)
+        booted = ",".join(c.name for c in moves if not kernels.get(c.name).build_only)
         kernels.log(f"rewrote {pins.KERNELS_PY}. Next: prism fetch --kernel {moved}, "
-                    f"prism build --kernel {moved}, then the VM suite on each before "
-                    "committing (python3 -m pytest --kernels " + moved + ")")
+                    f"prism build --kernel {moved}"
+                    + (f", then the VM suite on each booted one before committing "
+                       f"(python3 -m pytest --kernels {booted})" if booted else
+                       " before committing (build-only: nothing to boot)"))
     return 0
 
 
