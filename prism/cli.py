@@ -3,9 +3,10 @@
   prism fetch --kernel 6.12         install image+headers, extract block/ from source
                                     (7.3: a trixie build root, the image extracted)
   prism build --kernel 6.12         build prism-iosched.ko against it (--twin: and v2's
-                                    module beside it, prism-v2-iosched.ko)
+                                    module beside it, prism-v2-iosched.ko); --kernel
+                                    build-only: the kernels built but never booted
   prism checkpatch                  checkpatch.pl --no-tree -f on the module sources
-  prism kernels list                the pinned kernels (the tested set), where each is built
+  prism kernels list                the pinned kernels (tested and build-only), where built
   prism kernels update              move the pins to the newest ABI of each series
   prism vm --kernel 6.12 -- CMD     boot the kernel under QEMU, module at $PRISM_KO
   prism selftest --kernel 6.12      the in-VM check suite, one boot
@@ -41,6 +42,11 @@ from .host import blktests, build, insnprof, kernels, pgimage, pins, twin, vm
 
 def _kernels(arg: str) -> list[kernels.Kernel]:
     return kernels.parse(arg)
+
+
+def _booted(arg: str) -> list[kernels.Kernel]:
+    """--kernel of a command that boots: no build-only kernel."""
+    return kernels.parse_booted(arg)
 
 
 def selftest_disks(rundir: Path) -> list[vm.Disk | vm.ModelDisk]:
@@ -87,6 +93,10 @@ def _disks(args, rundir: Path) -> list[vm.Disk | vm.ModelDisk]:
 def cmd_fetch(args) -> int:
     for k in _kernels(args.kernel):
         kernels.fetch(k)
+        if k.build_only:
+            kernels.log(f"{k.abi}: headers {k.headers_dir}, block/ in {kernels.block_dir(k)} "
+                        "(build-only: no image)")
+            continue
         kernels.log(f"{k.abi}: image {k.vmlinuz}, headers {k.headers_dir}, "
                     f"block/ in {kernels.block_dir(k)}"
                     + (f"; built in {kernels.build_root(k)}, modules {k.modules_dir}"
@@ -119,11 +129,16 @@ def cmd_status(args) -> int:
 
 
 def cmd_kernels_list(args) -> int:
-    for k in kernels.parse("all"):
-        where = (f"built in the {k.root} root, booted from the extracted image"
-                 if k.root else "installed with the host's apt")
-        booted = "booted by the test suite" if k.vm_tested else "NOT booted by the test suite"
-        print(f"{k.series:<6} {k.abi} ({k.version}, {k.release}): {where}; {booted}")
+    for k in kernels.parse("every"):
+        if k.build_only:
+            where = f"headers extracted into the {k.release} build-only root"
+            booted = "build-only: built, never booted"
+        else:
+            where = (f"built in the {k.root} root, booted from the extracted image"
+                     if k.root else "installed with the host's apt")
+            booted = ("booted by the test suite" if k.vm_tested
+                      else "NOT booted by the test suite")
+        print(f"{k.name:<10} {k.abi} ({k.version}, {k.release}): {where}; {booted}")
     return 0
 
 
@@ -146,10 +161,13 @@ def cmd_kernels_update(args) -> int:
     elif args.dry_run:
         kernels.log(f"dry run: {pins.KERNELS_PY} not written")
     else:
-        moved = ",".join(c.series for c in moves)
+        moved = ",".join(c.name for c in moves)
+        booted = ",".join(c.name for c in moves if not kernels.get(c.name).build_only)
         kernels.log(f"rewrote {pins.KERNELS_PY}. Next: prism fetch --kernel {moved}, "
-                    f"prism build --kernel {moved}, then the VM suite on each before "
-                    "committing (python3 -m pytest --kernels " + moved + ")")
+                    f"prism build --kernel {moved}"
+                    + (f", then the VM suite on each booted one before committing "
+                       f"(python3 -m pytest --kernels {booted})" if booted else
+                       " before committing (build-only: nothing to boot)"))
     return 0
 
 
@@ -158,7 +176,7 @@ def cmd_checkpatch(args) -> int:
     for k in _kernels(args.kernel):
         clean, report = build.run_checkpatch(k)
         print(report)
-        kernels.log(f"checkpatch ({k.series}'s): " + ("clean" if clean else "problems found"))
+        kernels.log(f"checkpatch ({k.name}'s): " + ("clean" if clean else "problems found"))
         status |= 0 if clean else 1
     return status
 
@@ -196,7 +214,7 @@ def cmd_vm(args) -> int:
     if not command:
         raise UsageError("nothing to run: prism vm --kernel K -- CMD")
     status = 0
-    for k in _kernels(args.kernel):
+    for k in _booted(args.kernel):
         res = _run_vm(k, command, args)
         clean = _report_log(res)
         rc = res.returncode if res.returncode >= 0 else 124
@@ -205,7 +223,7 @@ def cmd_vm(args) -> int:
 
 
 def cmd_profile(args) -> int:
-    ks = _kernels(args.kernel)
+    ks = _booted(args.kernel)
     if len(ks) != 1:
         raise UsageError("prism profile: one kernel at a time")
     k = ks[0]
@@ -246,7 +264,7 @@ def cmd_profile(args) -> int:
 
 def cmd_selftest(args) -> int:
     status = 0
-    for k in _kernels(args.kernel):
+    for k in _booted(args.kernel):
         args.device = "selftest" if args.suite == "main" else "selftest-cloud"
         only = f" --only {args.only}" if args.only else ""
         res = _run_vm(k, f"python3 -m prism.guest.selftest --suite {args.suite} "
@@ -273,7 +291,7 @@ def cmd_stress(args) -> int:
     # A seed takes its seconds, its drain and a file system made.
     args.timeout = max(args.timeout, 300 + len(seeds) * (args.seconds + 90))
     status = 0
-    for k in _kernels(args.kernel):
+    for k in _booted(args.kernel):
         args.device = "selftest"
         res = _run_vm(k, "python3 -m prism.guest.selftest --only stress --out results.json "
                          f"--stress-seeds {args.seeds} --stress-seconds {args.seconds}", args)
@@ -313,7 +331,7 @@ def run_blktests(k, args) -> tuple[vm.VmResult, dict]:
 
 def cmd_blktests(args) -> int:
     status = 0
-    for k in _kernels(args.kernel):
+    for k in _booted(args.kernel):
         try:
             res, doc = run_blktests(k, args)
         except blktests.Missing as e:
@@ -460,12 +478,16 @@ def parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("fetch", help="install a pinned kernel and extract its block/ headers")
     p.add_argument("--kernel", default="6.12",
-                   help="6.1, 6.12 (default), 7.3, a comma list or all (every pin)")
+                   help="6.1, 6.12 (default), 7.3, a comma list, all (the tested set), "
+                        "build-only (kernels built, never booted: prism kernels list) "
+                        "or every (both)")
     p.set_defaults(func=cmd_fetch)
 
     p = sub.add_parser("build", help="build prism-iosched.ko for a pinned kernel")
     p.add_argument("--kernel", default="6.12",
-                   help="6.1, 6.12 (default), 7.3, a comma list or all (every pin)")
+                   help="6.1, 6.12 (default), 7.3, a comma list, all (the tested set), "
+                        "build-only (kernels built, never booted: prism kernels list) "
+                        "or every (both)")
     p.add_argument("--no-fetch", action="store_true",
                    help="do not install or download anything")
     p.add_argument("--twin", action="store_true",
@@ -483,7 +505,8 @@ def parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("checkpatch", help="checkpatch.pl --no-tree -f on the module")
     p.add_argument("--kernel", default="6.12",
-                   help="whose checkpatch.pl: 6.1, 6.12 (default), 7.3, a comma list or all")
+                   help="whose checkpatch.pl: 6.1, 6.12 (default), 7.3, a comma list, all, "
+                        "build-only or every")
     p.set_defaults(func=cmd_checkpatch)
 
     p = sub.add_parser("kernels", help="the pinned kernels: prism kernels list, "
@@ -495,11 +518,11 @@ def parser() -> argparse.ArgumentParser:
                         "ABI of its series in Debian's archive, and print what changed",
                         description="Reads the archive with apt (apt-get update first: the "
                         "host's lists for bookworm, private lists under ~/.cache/prism-7x/apt "
-                        "for trixie; /etc/apt is not touched), picks for each series the "
+                        "for trixie and sid; /etc/apt is not touched), picks for each series the "
                         "newest ABI whose image, headers and linux-source share a version, "
                         "and rewrites the pins.")
-    p.add_argument("--kernel", default="all", help="the series to move: a comma list or all "
-                   "(default)")
+    p.add_argument("--kernel", default="every", help="the pins to move: a comma list, all "
+                   "(the tested set), build-only, or every (default: both)")
     p.add_argument("--dry-run", action="store_true", help="print, do not write kernels.py")
     p.add_argument("--listing", metavar="DIR", help="read madison-RELEASE.txt files "
                    "(apt-cache madison output) from DIR instead of the archive")

@@ -1,7 +1,9 @@
 """`prism kernels update` on recorded archive listings (tests/data/kernels/:
 `apt-cache madison` of bookworm's 6.1 and 6.12 packages and trixie's 7.3,
-taken on 2026-12-03): no network. And a pin that has left the archive
-stops setup with a message naming the updater, before any download."""
+taken on 2026-12-03; tests/data/kernels-build-only/: the build-only
+set's, bookworm's, trixie's and sid's, taken on 2026-12-04): no network.
+And a pin that has left the archive stops setup with a message naming
+the updater, before any download."""
 
 from pathlib import Path
 
@@ -12,6 +14,7 @@ from prism.common.errors import PrismError
 from prism.host import kernels, pins
 
 DATA = Path(__file__).resolve().parent / "data" / "kernels"
+DATA_BUILD_ONLY = DATA.with_name("kernels-build-only")
 
 # The pins as they were when the listings were recorded.
 OLD = [kernels.Kernel("6.1", "6.1.0-56-amd64", "6.1.192-2"),
@@ -101,7 +104,8 @@ def test_no_abi_at_all_is_an_error():
 
 def test_the_command_prints_the_changes_and_dry_run_writes_nothing(capsys):
     before = pins.KERNELS_PY.read_text()
-    assert cli.main(["kernels", "update", "--dry-run", "--listing", str(DATA)]) == 0
+    assert cli.main(["kernels", "update", "--kernel", "all", "--dry-run",
+                     "--listing", str(DATA)]) == 0
     out = capsys.readouterr().out
     expected = pins.update(list(kernels.KERNELS.values()), listings(), write=False)
     assert out.splitlines()[:len(expected)] == [str(c) for c in expected]
@@ -124,3 +128,34 @@ def test_setup_of_a_root_kernel_whose_pin_left_stops_before_mmdebstrap(monkeypat
     assert "offered: 7.3.9-1~bpo13+1" in str(e.value)
     assert "Run 'prism kernels update'" in str(e.value)
     assert ran == [] and not (tmp_path / "trixie-root").exists()
+
+
+def test_the_build_only_pins_move_too(capsys, tmp_path):
+    """The build-only set (kernels.BUILD_ONLY) is pinned like the tested
+    one: each flavour and release keeps to its own ABIs (an -rt pin never
+    moves to a -cloud or a Debian 13 ABI), named by its own name; its
+    line in kernels.py is rewritten as the tested pins' are."""
+    import re
+    bo = kernels.build_only()
+    for k in bo:
+        pat = re.compile("linux-image-" + pins.abi_pattern(k))
+        assert pat.fullmatch(k.image_pkg), k
+        assert [o.name for o in bo if pat.fullmatch(o.image_pkg)] == [k.name]
+    listings = {rel: (DATA_BUILD_ONLY / f"madison-{rel}.txt").read_text()
+                for rel in ("bookworm", "trixie", "sid")}
+    moves = pins.update(bo, listings, write=False)
+    # The recording's newest: bookworm's flavours 6.12.118; the rest are
+    # the pins themselves.
+    assert [str(c) for c in moves] == [
+        "6.12-cloud: 6.12.117+deb12-cloud-amd64 (6.12.117-1~deb12u1) -> "
+        "6.12.118+deb12-cloud-amd64 (6.12.118-1~deb12u1)",
+        "6.12-rt: 6.12.117+deb12-rt-amd64 (6.12.117-1~deb12u1) -> "
+        "6.12.118+deb12-rt-amd64 (6.12.118-1~deb12u1)"]
+    py = tmp_path / "kernels.py"
+    py.write_text(pins.KERNELS_PY.read_text())
+    pins.update(bo, listings, path=py)
+    assert ('Kernel("6.12", "6.12.118+deb12-rt-amd64", "6.12.118-1~deb12u1", root="bookworm"'
+            in py.read_text())
+    assert cli.main(["kernels", "update", "--kernel", "build-only", "--dry-run",
+                     "--listing", str(DATA_BUILD_ONLY)]) == 0
+    assert capsys.readouterr().out.splitlines()[:2] == [str(c) for c in moves]

@@ -125,7 +125,7 @@ def check_twin(args) -> None:
                              "set PRISM_TWIN_KO to it (prism build --twin --kernel SERIES "
                              "builds it for a pinned kernel)")
         return
-    for k in kernels.parse(args.kernel):
+    for k in kernels.parse_booted(args.kernel):
         twin.check_kernel(k)
 
 
@@ -304,7 +304,7 @@ def validate(args) -> None:
     if args.device.startswith("/"):
         check_real_device(args.device, args.force, args.allow_mounted)
     else:
-        kernels.parse(args.kernel)
+        kernels.parse_booted(args.kernel)
     if names_twin(parse_schedulers(args.schedulers)):
         check_twin(args)
 
@@ -464,7 +464,7 @@ def run(args, command: str | None = None) -> list[dict]:
         raw, got = run_on_device(plan, args)
         runs += got
     else:
-        for k in kernels.parse(args.kernel):
+        for k in kernels.parse_booted(args.kernel):
             raw, got = run_in_vm(k, plan, args)
             dest = out / "raw" / k.series
             shutil.rmtree(dest, ignore_errors=True)

@@ -117,7 +117,13 @@ def _kbuild(k: kernels.Kernel, out: Path, extra: list[str], what: str) -> None:
 
 def _compiler(k: kernels.Kernel) -> str:
     """What compiles for @k: the host's gcc, or the build root's packages
-    (its stamp: the pins' headers and the tools, and gcc-14's version)."""
+    (its stamp: the pins' headers and the tools, and gcc-14's version; a
+    build-only root's stamp: its tools, and its compilers' versions)."""
+    if k.build_only:
+        root = kernels.build_root(k)
+        gcc = subprocess.run(["dpkg-query", f"--admindir={root / 'var/lib/dpkg'}", "-W",
+                              "gcc-[0-9]*"], capture_output=True, text=True).stdout
+        return (root / ".prism-root").read_text() + gcc
     if k.root:
         root = kernels.build_root(k)
         gcc = subprocess.run(["dpkg-query", f"--admindir={root / 'var/lib/dpkg'}", "-W",
@@ -145,7 +151,7 @@ def build(k: kernels.Kernel, fetch: bool = True) -> Path:
     if fetch:
         kernels.fetch(k)
     if not (k.headers_dir / "Makefile").exists():
-        raise PrismError(f"{k.headers_dir} missing: run 'prism fetch --kernel {k.series}'")
+        raise PrismError(f"{k.headers_dir} missing: run 'prism fetch --kernel {k.name}'")
     out = build_dir(k)
     stamp = out / "sources.sha256"
     digest = _sources_digest(k)
@@ -157,7 +163,8 @@ def build(k: kernels.Kernel, fetch: bool = True) -> Path:
     out.mkdir(parents=True)
     for f in KBUILD_FILES + MODULE_FILES:
         shutil.copy2(MODULE_SRC / f, out / f)
-    where = f" in the {k.root} build root" if k.root else ""
+    where = (f" in the {k.root} build-only root" if k.build_only
+             else f" in the {k.root} build root" if k.root else "")
     kernels.log(f"building {MODULE_NAME}.ko for {k.abi}{where}")
     block = f"{ROOT_SRC}/block" if k.root else str(kernels.block_dir(k))
     _kbuild(k, out, [f"PRISM_BLOCK_DIR={block}"], "module")

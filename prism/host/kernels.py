@@ -1,11 +1,15 @@
-"""The tested kernels, pinned in one place, and how to fetch them.
+"""The kernels prism builds for, pinned in one place, and how to fetch them.
 
 A kernel is Debian's image + headers packages and the matching
 linux-source package, of which only block/ (the private elevator headers),
 the top Makefile and checkpatch are extracted into the cache. Nothing from
 the kernel tree ever enters the repository.
 
-Two kinds, told by Kernel.root:
+Two sets: the tested set (KERNELS), built and booted by the test suite,
+and the build-only set (BUILD_ONLY), kernels people run that prism must
+build for without a warning but that are never booted (other flavours,
+other releases' builds of a series). Three kinds, told by Kernel.root
+and Kernel.build_only:
 - the host's own Debian release (bookworm): image and headers installed
   with the host's apt into /boot, /lib/modules and /usr/src, as on a real
   machine;
@@ -17,7 +21,14 @@ Two kinds, told by Kernel.root:
   QEMU boots with the host's userspace. The build roots, the extracted
   images and a private apt setup for the other release (its own sources
   list and lists directory; the host's /etc/apt is never touched) live in
-  roots_dir(), shared by every PRISM_CACHE.
+  roots_dir(), shared by every PRISM_CACHE;
+- a build-only kernel (build_only=True), of any release: its headers are
+  extracted with dpkg-deb into a build root of its release of their own
+  (build_only_root(): the compiler and tools the headers ask for,
+  installed with mmdebstrap), never installed with apt, as 6.12's depend
+  on their image (100 MB, and initramfs-tools, which would build an
+  initramfs in the root); no image is fetched, and its linux-source .deb
+  is downloaded into the cache like a host kernel's.
 
 `prism kernels update` (pins.py) moves the pins below to the newest ABI
 of each series in the archive.
@@ -40,7 +51,7 @@ HOST_RELEASE = "bookworm"
 
 @dataclasses.dataclass(frozen=True)
 class Kernel:
-    series: str   # "6.12": what the user types
+    series: str   # "6.12": the Linux series (linux-source-SERIES)
     abi: str      # "6.12.117+deb12-amd64": uname -r, package name suffix
     version: str  # Debian package version, same for image, headers, source
     # The Debian release whose build root builds it (None: the host's own
@@ -53,6 +64,17 @@ class Kernel:
     # `prism blktests --kernel SERIES` have passed on it (and move
     # module/kernel-range's newest series with it: test_kernels.py checks).
     vm_tested: bool = True
+    # What the user types (--kernel): the series unless the set holds
+    # another kernel of the same series ("6.12-rt").
+    name: str = ""
+    # In the build-only set: built, never booted (vm_tested is then False).
+    build_only: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.name:
+            object.__setattr__(self, "name", self.series)
+        if self.build_only:
+            object.__setattr__(self, "vm_tested", False)
 
     @property
     def release(self) -> str:
@@ -80,7 +102,9 @@ class Kernel:
     @property
     def headers_dir(self) -> Path:
         """The headers as the host sees them (in the build root for a
-        root kernel; build.py runs make on them inside it)."""
+        root or build-only kernel; build.py runs make on them inside it)."""
+        if self.build_only:
+            return build_only_root(self) / "usr" / "src" / f"linux-headers-{self.abi}"
         if self.root:
             return build_root(self) / "usr" / "src" / f"linux-headers-{self.abi}"
         return Path("/usr/src") / f"linux-headers-{self.abi}"
@@ -102,6 +126,27 @@ KERNELS = {
     "7.3": Kernel("7.3", "7.3.4+deb13-amd64", "7.3.4-1~bpo13+1", root="trixie"),
 }
 
+# The build-only set: kernels prism must build for without a warning,
+# never booted (`prism build --kernel build-only`; `prism kernels update`
+# moves these too). root names the Debian release they come from: sid's
+# 7.2 is built with sid's gcc-16; Debian 13's own 6.12 with trixie's
+# gcc-14; the -cloud and -rt flavours of the tested 6.12 and 7.3 with
+# their release's compiler, from the same source as the tested kernel.
+BUILD_ONLY = {k.name: k for k in (
+    Kernel("6.12", "6.12.117+deb12-cloud-amd64", "6.12.117-1~deb12u1", root="bookworm",
+           name="6.12-cloud", build_only=True),
+    Kernel("6.12", "6.12.117+deb12-rt-amd64", "6.12.117-1~deb12u1", root="bookworm",
+           name="6.12-rt", build_only=True),
+    Kernel("6.12", "6.12.118+deb13-amd64", "6.12.118-1", root="trixie",
+           name="6.12-deb13", build_only=True),
+    Kernel("7.2", "7.2.13+deb14-amd64", "7.2.13-1", root="sid",
+           name="7.2", build_only=True),
+    Kernel("7.3", "7.3.4+deb13-cloud-amd64", "7.3.4-1~bpo13+1", root="trixie",
+           name="7.3-cloud", build_only=True),
+    Kernel("7.3", "7.3.4+deb13-rt-amd64", "7.3.4-1~bpo13+1", root="trixie",
+           name="7.3-rt", build_only=True),
+)}
+
 
 def vm_tested() -> list[Kernel]:
     """The kernels the test suite boots by default (Kernel.vm_tested)."""
@@ -118,20 +163,55 @@ def series_key(series: str) -> tuple[int, ...]:
     return tuple(int(x) for x in series.split("."))
 
 
-def get(series: str) -> Kernel:
+def _ordered(table: dict[str, Kernel]) -> list[Kernel]:
+    """By series, then name: 6.12 < 6.12-cloud < 6.12-rt < 7.2."""
+    return sorted(table.values(), key=lambda k: (series_key(k.series), k.name))
+
+
+def build_only() -> list[Kernel]:
+    """The build-only set (BUILD_ONLY), in series order."""
+    return _ordered(BUILD_ONLY)
+
+
+# --kernel's names for the sets (parse()).
+SETS = {"all": "the tested set", "build-only": "the build-only set",
+        "every": "both"}
+
+
+def get(name: str) -> Kernel:
     try:
-        return KERNELS[series]
+        return KERNELS.get(name) or BUILD_ONLY[name]
     except KeyError:
-        raise UsageError(f"unknown kernel {series!r}; supported: "
-                         + ", ".join(sorted(KERNELS, key=series_key)) + " (or all)") from None
+        raise UsageError(
+            f"unknown kernel {name!r}; tested: "
+            + ", ".join(k.name for k in _ordered(KERNELS)) + "; build-only: "
+            + ", ".join(k.name for k in build_only())
+            + "; or " + ", ".join(f"{s} ({what})" for s, what in SETS.items())) from None
 
 
 def parse(arg: str) -> list[Kernel]:
-    """--kernel's value: one series, a comma list, or "all" (the tested
-    set: every pin, booted or not yet)."""
+    """--kernel's value: one kernel by name, a comma list, "all" (the
+    tested set: every pin of KERNELS, booted or not yet), "build-only"
+    (BUILD_ONLY) or "every" (both)."""
     if arg == "all":
-        return [KERNELS[s] for s in sorted(KERNELS, key=series_key)]
+        return _ordered(KERNELS)
+    if arg == "build-only":
+        return build_only()
+    if arg == "every":
+        return _ordered(KERNELS) + build_only()
     return [get(s.strip()) for s in arg.split(",") if s.strip()]
+
+
+def parse_booted(arg: str) -> list[Kernel]:
+    """parse() for a command that boots: a build-only kernel is refused
+    before anything is built."""
+    ks = parse(arg)
+    refused = [k.name for k in ks if k.build_only]
+    if refused:
+        raise UsageError(f"{', '.join(refused)}: in the build-only set (prism/host/kernels.py), "
+                         "built but never booted (no image is fetched); boot one of "
+                         + ", ".join(k.name for k in _ordered(KERNELS)))
+    return ks
 
 
 def _cache(var: str, name: str) -> Path:
@@ -160,9 +240,19 @@ def roots_dir() -> Path:
 
 
 def build_root(k: Kernel) -> Path:
-    """The mmdebstrap'd root that builds @k (one per Debian release)."""
+    """The mmdebstrap'd root that builds @k (one per Debian release, and
+    one per release for the build-only set: build_only_root())."""
     assert k.root, k
+    if k.build_only:
+        return build_only_root(k)
     return roots_dir() / f"{k.root}-root"
+
+
+def build_only_root(k: Kernel) -> Path:
+    """The root that builds the build-only kernels of @k's release: apart
+    from the tested kernels' roots, whose package lists it leaves alone."""
+    assert k.build_only and k.root, k
+    return roots_dir() / f"{k.root}-build-only-root"
 
 
 def image_dir(k: Kernel) -> Path:
@@ -200,6 +290,7 @@ SUITES = {
                  (SECURITY, "bookworm-security")),
     "trixie": ((DEBIAN, "trixie"), (DEBIAN, "trixie-backports"),
                (SECURITY, "trixie-security")),
+    "sid": ((DEBIAN, "sid"),),
 }
 
 UPDATER = "prism kernels update"
@@ -280,13 +371,15 @@ def check_offered(k: Kernel, pkg: str) -> None:
             return
     offered = ", ".join(versions) if versions else "nothing"
     raise PrismError(
-        f"{pkg}={k.version} (the {k.series} pin in prism/host/kernels.py) is not offered "
+        f"{pkg}={k.version} (the {k.name} pin in prism/host/kernels.py) is not offered "
         f"by Debian's archive ({k.release}) any more; offered: {offered}. "
         f"Run '{UPDATER}' to move the pins to the newest ABI of each series, "
         "then build and test on it")
 
 
 def installed(k: Kernel) -> bool:
+    if k.build_only:
+        return build_only_ready(k)
     if k.root:
         return root_ready(k) and image_ready(k)
     return (k.vmlinuz.exists() and (k.headers_dir / "Makefile").exists()
@@ -296,6 +389,9 @@ def installed(k: Kernel) -> bool:
 def install_packages(k: Kernel) -> None:
     """Install the image and headers with apt (they land in /boot,
     /lib/modules and /usr/src, where a real machine has them too)."""
+    if k.build_only:
+        ensure_build_only(k)
+        return
     if k.root:
         ensure_root(k)
         fetch_image(k)
@@ -356,13 +452,31 @@ def ensure_root(k: Kernel) -> Path:
     for pin in (p for p in KERNELS.values() if p.root == release):
         for pkg in (pin.headers_pkg, pin.source_pkg, pin.image_pkg):
             check_offered(pin, pkg)
-    pkgs = root_packages(release)
+    _mmdebstrap(root, release, root_packages(release),
+                Path("usr") / "src" / f"linux-headers-{k.abi}" / "Makefile")
+    return root
+
+
+# Releases whose Release file may be taken after its Valid-Until: sid's
+# is valid for a week and re-signed several times a day, so a mirror that
+# lags behind (the one this was written on served a month-old sid) fails
+# mmdebstrap's apt-get update; the packages are still checked against the
+# signed file's hashes. Only the build-only root, which compiles and is
+# never booted, is made from sid.
+STALE_RELEASE_OK = ("sid",)
+
+
+def _mmdebstrap(root: Path, release: str, pkgs: list[str], check: Path) -> None:
+    """Make @root, a minbase @release with @pkgs, in which @check must
+    exist; stamped with @pkgs (root_ready())."""
     tmp = root.with_name(root.name + ".tmp")
     _remove_tree(tmp)
     log(f"making the {release} build root {root} with mmdebstrap ({', '.join(pkgs)})")
-    r = _run(["mmdebstrap", "--variant=minbase", "--mode=root", "-q",
-              "--include=" + ",".join(pkgs), release, str(tmp)] + sources_lines(release))
-    if r.returncode or not (tmp / "usr" / "src" / f"linux-headers-{k.abi}" / "Makefile").exists():
+    stale = (['--aptopt=Acquire::Check-Valid-Until "false"']
+             if release in STALE_RELEASE_OK else [])
+    r = _run(["mmdebstrap", "--variant=minbase", "--mode=root", "-q"] + stale
+             + ["--include=" + ",".join(pkgs), release, str(tmp)] + sources_lines(release))
+    if r.returncode or not (tmp / check).exists():
         _remove_tree(tmp)
         raise PrismError(f"mmdebstrap of the {release} build root failed: "
                          + (r.stderr or r.stdout).strip()[-1500:])
@@ -373,6 +487,104 @@ def ensure_root(k: Kernel) -> Path:
         root.rename(old)
         _remove_tree(old)
     tmp.rename(root)
+
+
+# The build-only set's roots (build_only_root()) hold the tools below and
+# what the headers' packages depend on besides other linux-* packages (the
+# compiler they were built with, pahole, kbuild's libraries), installed
+# with mmdebstrap; the headers' own packages, and the linux-* packages of
+# the same version they depend on (-common, -common-rt, linux-kbuild-*,
+# linux-base-ABI), are extracted into it with dpkg-deb, not installed:
+# 6.12's headers depend on their image.
+BUILD_ONLY_TOOLS = ("make",)
+
+
+def _depends(deb: Path) -> list[str]:
+    """The first alternative of each of @deb's Depends, without versions."""
+    out = _run(["dpkg-deb", "-f", str(deb), "Depends"]).stdout
+    return [alt.split("|")[0].split("(")[0].strip() for alt in out.split(",") if alt.strip()]
+
+
+def _is_extracted(pkg: str) -> bool:
+    """Whether a dependency of a build-only kernel's headers is extracted
+    (the kernel's own linux-* packages) rather than installed; its image
+    and the unversioned linux-base are neither."""
+    return (pkg.startswith("linux-") and pkg != "linux-base"
+            and not pkg.startswith("linux-image-"))
+
+
+def headers_debs(k: Kernel) -> tuple[list[Path], list[str]]:
+    """Download @k's headers and the linux-* packages they need at @k's
+    version (roots_dir()/debs, kept); (those .debs, the other packages
+    they depend on, which the root installs)."""
+    debs = roots_dir() / "debs"
+    debs.mkdir(parents=True, exist_ok=True)
+    todo, seen, got, tools = [k.headers_pkg], set(), [], []
+    while todo:
+        pkg = todo.pop(0)
+        if pkg in seen:
+            continue
+        seen.add(pkg)
+        deb = _download(k, pkg, debs)
+        got.append(deb)
+        for dep in _depends(deb):
+            if _is_extracted(dep):
+                todo.append(dep)
+            elif dep != "linux-base" and not dep.startswith("linux-image-") and dep not in tools:
+                tools.append(dep)
+    return got, tools
+
+
+def build_only_packages(release: str) -> list[str]:
+    """What the build-only root of @release installs: BUILD_ONLY_TOOLS and
+    what the headers of each build-only pin of @release depend on
+    (downloading those headers)."""
+    pkgs = list(BUILD_ONLY_TOOLS)
+    for k in build_only():
+        if k.root == release:
+            pkgs += [p for p in headers_debs(k)[1] if p not in pkgs]
+    return pkgs
+
+
+def build_only_ready(k: Kernel) -> bool:
+    """The build-only root is there (its stamp says with which packages:
+    ensure_build_only() checks them against the pins) with @k's headers."""
+    root = build_only_root(k)
+    return (root / _ROOT_STAMP).exists() and (k.headers_dir / "Makefile").exists()
+
+
+def ensure_build_only(k: Kernel) -> Path:
+    """@k's headers extracted into the build-only root of its release,
+    made first (with mmdebstrap, as ensure_root()) unless it is there with
+    the packages today's pins need. About 30 s and 300-500 MB a root."""
+    root = build_only_root(k)
+    if build_only_ready(k):
+        return root
+    if os.geteuid() != 0:
+        raise PrismError(f"making the {k.root} build-only root {root} needs root (mmdebstrap)")
+    if not shutil.which("mmdebstrap"):
+        raise PrismError("mmdebstrap not found: apt-get install mmdebstrap "
+                         "(scripts/setup.sh does)")
+    release = k.root or ""
+    check_offered(k, k.source_pkg)
+    pkgs = build_only_packages(release)
+    stamp = root / _ROOT_STAMP
+    if not stamp.exists() or stamp.read_text().split() != pkgs:
+        _mmdebstrap(root, release, pkgs, Path("usr") / "bin" / "make")
+    debs, _ = headers_debs(k)
+    log(f"extracting {', '.join(d.name for d in debs)} into {root}")
+    for deb in debs:
+        # Into the root as it is: a merged-/usr root's /lib is a symlink.
+        r = subprocess.run(["bash", "-o", "pipefail", "-c",
+                            f"dpkg-deb --fsys-tarfile '{deb}' | "
+                            f"tar -x --keep-directory-symlink -C '{root}'"],
+                           text=True, capture_output=True)
+        if r.returncode:
+            raise PrismError(f"extracting {deb.name} into {root} failed: "
+                             + r.stderr.strip()[-500:])
+    if not (k.headers_dir / "Makefile").exists():
+        raise PrismError(f"no {k.headers_dir}/Makefile after extracting "
+                         + ", ".join(d.name for d in debs))
     return root
 
 
@@ -451,18 +663,27 @@ def _same_abi_depends(k: Kernel, deb: Path) -> list[str]:
     return out
 
 
+def _download_options(release: str) -> list[str]:
+    """apt-get download's options for @release (apt_options()), as root:
+    apt's _apt user cannot write into root's cache."""
+    return apt_options(release) or ["-o", "APT::Sandbox::User=root"]
+
+
 def _download(k: Kernel, pkg: str, debs: Path) -> Path:
     """apt-get download PKG=VERSION of @k's release into @debs (kept: a
     second extraction needs no network)."""
-    name = f"{pkg}_{k.version}_amd64.deb"
-    got = [p for p in debs.glob(f"{pkg}_*.deb") if p.name.replace("%3a", ":") == name]
+    # amd64, or all (a -common headers package)
+    name = f"{pkg}_{k.version}_"
+    got = [p for p in debs.glob(f"{pkg}_*.deb")
+           if p.name.replace("%3a", ":").startswith(name)]
     if got and got[0].stat().st_size > 0:
         return got[0]
     check_offered(k, pkg)
     log(f"downloading {pkg}={k.version} into {debs}")
-    r = _run(["apt-get", "download", "-q"] + apt_options(k.release) + [f"{pkg}={k.version}"],
-             cwd=debs)
-    got = [p for p in debs.glob(f"{pkg}_*.deb") if p.name.replace("%3a", ":") == name]
+    r = _run(["apt-get", "download", "-q"] + _download_options(k.release)
+             + [f"{pkg}={k.version}"], cwd=debs)
+    got = [p for p in debs.glob(f"{pkg}_*.deb")
+           if p.name.replace("%3a", ":").startswith(name)]
     if r.returncode or not got:
         raise PrismError(f"apt-get download {pkg}={k.version} failed: "
                          + r.stderr.strip()[-500:])
@@ -478,9 +699,8 @@ def _source_deb(k: Kernel) -> Path:
         return deb
     check_offered(k, k.source_pkg)
     log(f"downloading {k.source_pkg}={k.version} into {debs}")
-    # apt's _apt user cannot write into root's cache: download as root.
-    r = _run(["apt-get", "download", "-q", "-o", "APT::Sandbox::User=root",
-              f"{k.source_pkg}={k.version}"], cwd=debs)
+    r = _run(["apt-get", "download", "-q"] + _download_options(k.release)
+             + [f"{k.source_pkg}={k.version}"], cwd=debs)
     got = [p for p in debs.glob(f"{k.source_pkg}_*.deb")
            if p.name.replace("%3a", ":") == name]
     if r.returncode or not got:
@@ -504,7 +724,7 @@ def fetch_source(k: Kernel) -> Path:
         return dest
     prefix = f"linux-source-{k.series}/"
     inner = f"./usr/src/linux-source-{k.series}.tar.xz"
-    if k.root:
+    if k.root and not k.build_only:
         # Installed in the build root (ensure_root): the tarball is there.
         ensure_root(k)
         tarball = build_root(k) / inner.removeprefix("./")

@@ -27,16 +27,17 @@ from . import kernels
 
 @dataclasses.dataclass(frozen=True)
 class Change:
-    series: str
+    series: str           # the Linux series, first on the pin's line
     old_abi: str
     old_version: str
     new_abi: str
     new_version: str
     still_offered: bool   # whether the archive still has the old pin
+    name: str = ""        # the pin's name, if not its series ("6.12-rt")
 
     def __str__(self) -> str:
         gone = "" if self.still_offered else " (the old one has left the archive)"
-        return (f"{self.series}: {self.old_abi} ({self.old_version}) -> "
+        return (f"{self.name or self.series}: {self.old_abi} ({self.old_version}) -> "
                 f"{self.new_abi} ({self.new_version}){gone}")
 
 
@@ -131,14 +132,15 @@ def changes(pins: Iterable[kernels.Kernel], offered: dict[str, set[str]]) -> lis
     for k in pins:
         found = newest(k, offered)
         if found is None:
-            raise PrismError(f"the archive offers no {k.series} kernel matching "
+            raise PrismError(f"the archive offers no {k.name} kernel matching "
                              f"linux-image-{abi_pattern(k)} with its headers and "
                              f"{k.source_pkg} at one version")
         abi, version = found
         if (abi, version) != (k.abi, k.version):
             still = (k.version in offered.get(k.image_pkg, ())
                      and k.version in offered.get(k.source_pkg, ()))
-            out.append(Change(k.series, k.abi, k.version, abi, version, still))
+            out.append(Change(k.series, k.abi, k.version, abi, version, still,
+                              name=k.name))
     return out
 
 

@@ -77,9 +77,9 @@ def describe(rev: str = TWIN_REV) -> dict:
 def check_kernel(k: kernels.Kernel, rev: str = TWIN_REV) -> None:
     """Refuse a kernel the twin does not build for, before anything is
     built or booted."""
-    if k.series not in TWIN_SERIES:
+    if k.name not in TWIN_SERIES:
         raise UsageError(f"{TWIN_SCHEDULER} (prism at {rev}) builds for "
-                         f"{' and '.join(TWIN_SERIES)} only, not {k.series}: its module "
+                         f"{' and '.join(TWIN_SERIES)} only, not {k.name}: its module "
                          "predates prism's 7.x compat. Leave it out of --schedulers, or "
                          "pass --kernel " + ",".join(TWIN_SERIES))
 
@@ -223,7 +223,7 @@ def build_twin(k: kernels.Kernel, rev: str = TWIN_REV, fetch: bool = True) -> Pa
     if fetch:
         kernels.fetch(k)
     if not (k.headers_dir / "Makefile").exists():
-        raise PrismError(f"{k.headers_dir} missing: run 'prism fetch --kernel {k.series}'")
+        raise PrismError(f"{k.headers_dir} missing: run 'prism fetch --kernel {k.name}'")
     tree = extract(rev)
     out = build_dir(k, rev)
     stamp = out / "sources.sha256"
