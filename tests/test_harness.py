@@ -503,3 +503,43 @@ def test_readme_stays_an_operators_page():
     for target in re.findall(r"\]\(([^)#\s]+)", text):
         if not target.startswith("http"):
             assert (REPO / target).exists(), f"README links to {target}, which is missing"
+
+
+def _debugfs_names(show_body: str) -> set[str]:
+    """The column and key names a debugfs show function writes: the words
+    of a header it puts, each KEY of KEY=%..., and a line's leading label
+    ("fq", "group", "learned")."""
+    names: set[str] = set()
+    for lit in re.findall(r'seq_(?:puts|printf)\(m,\s*"([^"]*)"', show_body):
+        lit = lit.replace("\\n", " ")
+        if "%" not in lit:
+            names |= set(lit.split())
+            continue
+        names |= set(re.findall(r"(\w+)=%", lit))
+        names |= {w for w in lit.split("%")[0].split() if "=" not in w}
+    return names
+
+
+def test_debugfs_guide_documents_every_file_and_column():
+    """Every file prism puts under debugfs has its entry in docs/debugfs.md,
+    and every column, key and line label the module writes into it (read
+    from the show functions' format strings) is named there in backticks,
+    so a format change that the guide misses fails here (issue 43)."""
+    src = "\n".join((REPO / "module" / f).read_text()
+                    for f in ("prism_debugfs.c", "prism_cgroup.c"))
+    files = re.findall(r'\{"(\w+)", 0[0-7]+, (\w+)_guarded', src)
+    assert len(files) >= 8, files
+    doc = (REPO / "docs" / "debugfs.md").read_text()
+    entries = {m[1]: m[2] for m in re.finditer(r"^- `(\w+)`:(.*?)(?=^- `|^#|\Z)", doc,
+                                                 re.M | re.S)}
+    missing = {}
+    for name, show in files:
+        assert name in entries, f"docs/debugfs.md has no entry for {name}"
+        start = re.search(rf"^(?:static )?int {show}\(", src, re.M).start()
+        body = src[start:src.index("\n}\n", start)]
+        spans = re.findall(r"`([^`]+)`", entries[name])
+        named = {w.strip(".,;:()=") for s in spans for w in s.split()}
+        lost = sorted(_debugfs_names(body) - named)
+        if lost:
+            missing[name] = lost
+    assert not missing, f"docs/debugfs.md does not name these columns or keys: {missing}"
