@@ -364,15 +364,26 @@ def cmd_bench_index(args) -> int:
     results = Path(args.results)
     if not results.is_dir():
         raise UsageError(f"{results}: no such directory")
-    text = index.index_md(results)
-    out = results / "README.md"
+    outputs = {results / "README.md": index.index_md(results)}
+    readme = Path(args.readme) if args.readme else None
+    if readme:
+        try:
+            outputs[readme] = index.readme_with_table(readme.read_text(),
+                                                      index.expect_table(results))
+        except (OSError, ValueError) as e:
+            raise UsageError(str(e)) from None
+    stale = [out for out, text in outputs.items()
+             if not out.exists() or out.read_text() != text]
     if args.check:
-        if not out.exists() or out.read_text() != text:
+        for out in stale:
             print(f"{out} is not current: run prism bench index", file=sys.stderr)
-            return 1
-        return 0
-    out.write_text(text)
-    print(f"prism: wrote {out} ({len(index.load(results))} reports)")
+        return 1 if stale else 0
+    for out in stale:
+        out.write_text(outputs[out])
+        print(f"prism: wrote {out}")
+    print(f"prism: {len(index.load(results))} reports indexed"
+          + (f"; {readme}'s table from {', '.join(n for _, n in index.EXPECT_REPORTS)}"
+             if readme else ""))
     return 0
 
 
@@ -601,12 +612,17 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="directory for the report")
     p.set_defaults(func=cmd_bench_run)
     p = bsub.add_parser("index", help="write docs/results/README.md, the index of the "
-                        "committed reports, from their results.json")
+                        "committed reports, and the README's \"What to expect\" table, "
+                        "from their results.json")
     p.add_argument("--results", default=str(Path(__file__).resolve().parents[1] / "docs"
                                             / "results"),
                    help="the reports' directory (default: the checkout's docs/results)")
+    p.add_argument("--readme", default=str(Path(__file__).resolve().parents[1] / "README.md"),
+                   help="the README whose \"What to expect\" table is generated too "
+                        "(default: the checkout's; '' for none)")
     p.add_argument("--check", action="store_true",
-                   help="only say whether the index is current (exit 1 if not)")
+                   help="only say whether the index and the README's table are current "
+                        "(exit 1 if not)")
     p.set_defaults(func=cmd_bench_index)
 
     p = bsub.add_parser("report", help="write a report again from its raw runs")
