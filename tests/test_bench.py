@@ -85,6 +85,18 @@ def test_a_starved_job_is_measured_over_the_common_window(fio_json, tmp_path):
     # A whole second of the window passed without a completion.
     assert low["min_iops_1s"] == 0.0
     assert high["min_iops_1s"] > 0 and high["late_s"] == 0
+    # Told to start 1.8 s late (startdelay, as the start-up workloads'
+    # application is): not late for that.
+    starved["job options"] = {"startdelay": "1800ms"}
+    high, low = stats.run_records(doc, tmp_path)
+    assert low["startdelay_s"] == pytest.approx(1.8)
+    assert low["late_s"] == pytest.approx(max(0.0, window - 1.2 - 1.8))
+
+
+def test_fio_seconds():
+    assert stats.fio_seconds("2") == 2.0 and stats.fio_seconds("2s") == 2.0
+    assert stats.fio_seconds("500ms") == 0.5 and stats.fio_seconds("1m") == 60.0
+    assert stats.fio_seconds(None) == 0.0 and stats.fio_seconds("${RAMP}") == 0.0
 
 
 def test_report_says_which_job_was_starved():

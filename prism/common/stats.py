@@ -8,6 +8,7 @@ import gzip
 import itertools
 import json
 import math
+import re
 import statistics
 from collections.abc import Sequence
 from pathlib import Path
@@ -150,6 +151,16 @@ def prio_name(prioclass, prio) -> str:
     return cls if cls == "IDLE" else f"{cls}{int(prio or 0)}"
 
 
+def fio_seconds(text: str | None) -> float:
+    """A fio time option's value in seconds ("2", "2s", "500ms", "1m";
+    a bare number is seconds, as for startdelay); 0 if absent or not one."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(us|ms|s|m|h)?\s*", str(text or ""))
+    if not m:
+        return 0.0
+    scale = {"us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}[m[2] or "s"]
+    return float(m[1]) * scale
+
+
 def job_record(job: dict) -> dict:
     """One fio job of one run: throughput, latency (us), CPU."""
     ios = sum(job[d]["total_ios"] for d in ("read", "write") if d in job)
@@ -169,7 +180,8 @@ def job_record(job: dict) -> dict:
            "errors": job.get("error", 0),
            "usr_cpu": job.get("usr_cpu", 0.0), "sys_cpu": job.get("sys_cpu", 0.0),
            "prio": job.get("job options", {}).get("prio"),
-           "prioclass": job.get("job options", {}).get("prioclass")}
+           "prioclass": job.get("job options", {}).get("prioclass"),
+           "startdelay_s": fio_seconds(job.get("job options", {}).get("startdelay"))}
     src = lat if lat.get("percentile") else clat
     rec["lat_source"] = "lat" if src is lat else "clat"
     rec["lat_mean_us"] = lat.get("mean", 0.0) / 1000 if lat else None
@@ -337,14 +349,17 @@ def common_window(recs: list[dict]) -> None:
     job's measuring time (runtime_ms); each job's throughput is taken over
     it, and late_s says
     how long after its start a job completed its first I/O. A job that
-    started a whole second late had a second with no completion."""
+    started a whole second late had a second with no completion. A job
+    told to start later (startdelay: the application start-up workloads)
+    is not late for that time."""
     runtimes = [r["runtime_ms"] for r in recs if r.get("runtime_ms")]
     if not runtimes:
         return
     window = max(runtimes) / 1000
     for r in recs:
         r["window_s"] = window
-        r["late_s"] = window - (r.get("runtime_ms") or 0) / 1000
+        r["late_s"] = max(0.0, window - (r.get("runtime_ms") or 0) / 1000
+                          - (r.get("startdelay_s") or 0.0))
         r["iops"] = r["ios"] / window
         r["bw_kib"] = r["kib"] / window
         if r["late_s"] >= 1.0 and "min_iops_1s" in r:
