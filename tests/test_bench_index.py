@@ -28,6 +28,7 @@ def test_the_index_lists_reports_and_what_supersedes_them(tmp_path):
                                             "share8"], source="def456", iso=1.1)
     _report(tmp_path, "other-disk", "2026-11-25", ["database_backup"], profile="cloud")
     (tmp_path / "profile-6.12").mkdir()
+    (tmp_path / "profile-6.12" / "report.md").write_text("# profile\n")
     text = index.index_md(tmp_path)
     rows = [line for line in text.splitlines() if line.startswith("| 2026")]
     assert [r.split("|")[2].strip() for r in rows] == [
@@ -88,3 +89,17 @@ def test_the_readme_table_comes_from_the_named_reports(tmp_path):
         index.expect_table(tmp_path)
     with pytest.raises(ValueError, match="lacks the lines"):
         index.readme_with_table("# no markers\n", table)
+
+
+def test_the_index_leaves_out_a_run_still_going(tmp_path):
+    """prism bench run makes its --out directory when it starts and fills
+    it at the end: meanwhile (or after a failure) it is no report."""
+    _report(tmp_path, "done", "2026-11-01", ["database_backup"])
+    (tmp_path / "running").mkdir()
+    (tmp_path / "failed").mkdir()
+    (tmp_path / "failed" / "plan.json").write_text("{}")
+    (tmp_path / "profile-6.12").mkdir()
+    (tmp_path / "profile-6.12" / "profile.txt").write_text("x")
+    text = index.index_md(tmp_path)
+    assert "running" not in text and "failed" not in text
+    assert "[profile-6.12](profile-6.12/)" in text

@@ -94,8 +94,12 @@ def index_md(results: Path) -> str:
                      f"{headline(r) or '-'} | "
                      + (f"[{sup[r['dir']]}]({sup[r['dir']]}/report.md)"
                         if r["dir"] in sup else "") + " |")
+    # Without results.json: instruction profiles. An empty directory, or
+    # one with a plan but no results, is a run still going (prism bench
+    # run makes its --out at the start) or one that failed: not listed.
     others = sorted(d.name for d in results.iterdir()
-                    if d.is_dir() and not (d / "results.json").exists())
+                    if d.is_dir() and not (d / "results.json").exists()
+                    and not (d / "plan.json").exists() and any(d.iterdir()))
     if others:
         lines += ["", "Reports without results.json (instruction profiles, `prism "
                   "profile`): " + ", ".join(f"[{o}]({o}/)" for o in others) + "."]
