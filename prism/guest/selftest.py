@@ -2832,19 +2832,31 @@ def check_status_tool(ctx) -> dict:
                               capture_output=True, timeout=120)
 
     fio = subprocess.Popen(["fio", f"--filename=/dev/{dev}", "--direct=1", "--time_based=1",
-                            "--runtime=30", "--ioengine=libaio", "--name=rt", "--prioclass=1",
+                            "--runtime=120", "--ioengine=libaio", "--name=rt", "--prioclass=1",
                             "--rw=randread", "--bs=4k", "--iodepth=2", "--name=idle",
                             "--prioclass=3", "--rw=read", "--bs=64k", "--iodepth=4"],
                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     reader = subprocess.Popen([sys.executable, "-c", SPACED_READER, f"/dev/{dev}", SPACED_COMM],
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     out: dict = {}
+
+    def started(recs: dict) -> bool:
+        mine = recs.get(dev, {})
+        comms = {f["comm"] for f in mine.get("flows", [])}
+        return ({"fio", SPACED_COMM} <= comms
+                and any(k.startswith("device high") for k in mine.get("latency", {})))
+
     try:
-        time.sleep(5)
-        busy = run_status("--json", dev, other)
+        # Until fio's jobs and the reader have all been served (fio takes
+        # seconds to start under TCG on 6.1), at most 60 s.
+        for _ in range(30):
+            time.sleep(2)
+            busy = run_status("--json", dev, other)
+            recs = {r["dev"]: r for r in json.loads(busy.stdout)} if busy.returncode == 0 else {}
+            if busy.returncode or started(recs):
+                break
         text = run_status(dev).stdout
         out["busy"] = {"rc": busy.returncode, "stderr": busy.stderr[-500:]}
-        recs = {r["dev"]: r for r in json.loads(busy.stdout)} if busy.returncode == 0 else {}
         mine = recs.get(dev, {})
         out["busy"].update({
             "tiers": sorted(mine.get("tiers", {})),
