@@ -106,7 +106,6 @@ def index_md(results: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
-
 # The README's "What to expect" table: seed 000's database beside a
 # backup, one column per emulated device, from these reports (each the
 # current release measured with the other schedulers in the same boots).

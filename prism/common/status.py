@@ -244,10 +244,7 @@ def disk_status(dev: str) -> dict:
     out["tunables"] = tun
     out["changed"] = {k: v for k, v in tun.items() if k in DEFAULTS and v != DEFAULTS[k]}
     sched = DEBUGFS / "block" / dev / "sched"
-    try:
-        tiers = _read(sched / "tiers")
-    except Unreadable:
-        tiers = None
+    tiers = _read_quiet(sched / "tiers")
     if tiers is None:
         out["debugfs"] = why_no_debugfs(sched)
         return out

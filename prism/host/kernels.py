@@ -436,6 +436,16 @@ def root_ready(k: Kernel) -> bool:
             and (k.headers_dir / "Makefile").exists())
 
 
+def _can_mmdebstrap(what: str) -> None:
+    """PrismError unless @what (a build root) can be made here: as root,
+    with mmdebstrap installed."""
+    if os.geteuid() != 0:
+        raise PrismError(f"making {what} needs root (mmdebstrap)")
+    if not shutil.which("mmdebstrap"):
+        raise PrismError("mmdebstrap not found: apt-get install mmdebstrap "
+                         "(scripts/setup.sh does)")
+
+
 def ensure_root(k: Kernel) -> Path:
     """Make @k's build root with mmdebstrap, unless it is there with the
     right packages: into a temporary directory, renamed when complete,
@@ -443,11 +453,7 @@ def ensure_root(k: Kernel) -> Path:
     root = build_root(k)
     if root_ready(k):
         return root
-    if os.geteuid() != 0:
-        raise PrismError(f"making the {k.root} build root {root} needs root (mmdebstrap)")
-    if not shutil.which("mmdebstrap"):
-        raise PrismError("mmdebstrap not found: apt-get install mmdebstrap "
-                         "(scripts/setup.sh does)")
+    _can_mmdebstrap(f"the {k.root} build root {root}")
     release = k.root or ""
     for pin in (p for p in KERNELS.values() if p.root == release):
         for pkg in (pin.headers_pkg, pin.source_pkg, pin.image_pkg):
@@ -560,11 +566,7 @@ def ensure_build_only(k: Kernel) -> Path:
     root = build_only_root(k)
     if build_only_ready(k):
         return root
-    if os.geteuid() != 0:
-        raise PrismError(f"making the {k.root} build-only root {root} needs root (mmdebstrap)")
-    if not shutil.which("mmdebstrap"):
-        raise PrismError("mmdebstrap not found: apt-get install mmdebstrap "
-                         "(scripts/setup.sh does)")
+    _can_mmdebstrap(f"the {k.root} build-only root {root}")
     release = k.root or ""
     check_offered(k, k.source_pkg)
     pkgs = build_only_packages(release)
