@@ -109,6 +109,22 @@ def test_report_says_which_job_was_starved():
     assert len(lines) == 2 and "backup_sim under prism" in lines[0]
     assert "first 7.0 s of the 10.0 s window (mean of 2 runs; longest 9.9 s)" in lines[0]
     assert report.late_lines(rows[:1]) == []
+    assert lines[0].endswith("starved.")
+
+
+def test_a_writer_waiting_in_fsync_is_not_called_starved():
+    """A job that writes batches into the page cache and fsyncs them shows
+    no completion while its fsync lasts: the report says so instead of
+    calling it starved."""
+    assert stats.fsync_batch({"fsync": "1024"}) == 1024
+    assert stats.fsync_batch({"fsync": "1024", "direct": "1"}) is None
+    assert stats.fsync_batch({"fsync": "1"}) is None and stats.fsync_batch({}) is None
+    row = {"scheduler": "prism", "job": "bulk_writer", "metrics": {
+        "late_s": stats.summarize([20.0]), "window_s": stats.summarize([20.0]),
+        "fsync_batch": stats.summarize([1024])}}
+    lines = report.late_lines([row])
+    assert "starved." not in lines[0]
+    assert any("waits in fsync" in line and "1024 blocks" in line for line in lines)
 
 
 def test_summarize_known_values():

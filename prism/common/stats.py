@@ -161,6 +161,20 @@ def fio_seconds(text: str | None) -> float:
     return float(m[1]) * scale
 
 
+def fsync_batch(options: dict) -> int | None:
+    """How many buffered writes a job makes before each fsync (fio
+    `fsync=N`, N > 1, without direct I/O), else None. Such a job's writes
+    return at once into the page cache and count when write() returns; it
+    then waits in fsync until the device has taken all N, so it shows no
+    completion for as long as its fsync takes, however the device serves
+    its writes."""
+    try:
+        n = int(options.get("fsync", 0))
+    except ValueError:
+        return None
+    return n if n > 1 and str(options.get("direct", "0")) != "1" else None
+
+
 def job_record(job: dict) -> dict:
     """One fio job of one run: throughput, latency (us), CPU."""
     ios = sum(job[d]["total_ios"] for d in ("read", "write") if d in job)
@@ -181,7 +195,8 @@ def job_record(job: dict) -> dict:
            "usr_cpu": job.get("usr_cpu", 0.0), "sys_cpu": job.get("sys_cpu", 0.0),
            "prio": job.get("job options", {}).get("prio"),
            "prioclass": job.get("job options", {}).get("prioclass"),
-           "startdelay_s": fio_seconds(job.get("job options", {}).get("startdelay"))}
+           "startdelay_s": fio_seconds(job.get("job options", {}).get("startdelay")),
+           "fsync_batch": fsync_batch(job.get("job options", {}))}
     src = lat if lat.get("percentile") else clat
     rec["lat_source"] = "lat" if src is lat else "clat"
     rec["lat_mean_us"] = lat.get("mean", 0.0) / 1000 if lat else None
