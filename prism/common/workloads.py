@@ -41,10 +41,13 @@ class Workload:
     # io.max lines for cgroups, under every scheduler: (NAME, "wbps=..."),
     # the operator's alternative to weights.
     io_max: tuple[tuple[str, str], ...] = ()
+    # Another workload's job file, for a variant that differs only in
+    # what prism bench sets around it (io_max).
+    job: str | None = None
 
     @property
     def jobfile(self) -> Path:
-        return WORKLOAD_DIR / f"{self.name}.fio"
+        return WORKLOAD_DIR / f"{self.job or self.name}.fio"
 
 
 WORKLOADS = {w.name: w for w in [
@@ -168,6 +171,12 @@ WORKLOADS = {w.name: w for w in [
              high_job="reader", low_job="writer", baseline="cgroup_writeback_alone",
              filesystem=True, cgroups=(("reader", 1000), ("writer", 100)),
              io_max=(("writer", "wbps=20971520"),)),
+    Workload("cgroup_writeback_iomax4", "002",
+             "cgroup_writeback_iomax with the cap at 4 MiB/s, a quarter of the small "
+             "cloud volume's 16 (20 MiB/s would not bind there)",
+             high_job="reader", low_job="writer", baseline="cgroup_writeback_alone",
+             filesystem=True, cgroups=(("reader", 1000), ("writer", 100)),
+             io_max=(("writer", "wbps=4194304"),), job="cgroup_writeback_iomax"),
     Workload("cgroup_writeback_alone", "002",
              "cgroup_writeback's reader alone: its baseline",
              cgroups=(("reader", 1000),)),
