@@ -8,6 +8,8 @@
   prism checkpatch                  checkpatch.pl --no-tree -f on the module sources
   prism kernels list                the pinned kernels (tested and build-only), where built
   prism kernels update              move the pins to the newest ABI of each series
+  prism kernels debug-build         build 6.12's source with lockdep, KASAN and kmemleak,
+                                    bootable as --kernel 6.12-debug (once per release)
   prism vm --kernel 6.12 -- CMD     boot the kernel under QEMU, module at $PRISM_KO
   prism selftest --kernel 6.12      the in-VM check suite, one boot
   prism blktests --kernel 6.12      blktests' block tests with prism loaded, one boot
@@ -37,7 +39,7 @@ from .common.errors import PrismError, Terminated, UsageError
 from .drives import diskmodel, nbd
 from .guest import selftest
 from .guest.system import NVME_SERIAL, TWIN_SCHEDULER, VIRTIO_SERIAL
-from .host import blktests, build, insnprof, kernels, pgimage, pins, twin, vm
+from .host import blktests, build, debugkernel, insnprof, kernels, pgimage, pins, twin, vm
 
 
 def _kernels(arg: str) -> list[kernels.Kernel]:
@@ -129,8 +131,13 @@ def cmd_status(args) -> int:
 
 
 def cmd_kernels_list(args) -> int:
-    for k in kernels.parse("every"):
-        if k.build_only:
+    for k in kernels.parse("every") + list(kernels.DEBUG.values()):
+        if k.debug:
+            where = (f"built from {k.source_pkg} by {kernels.DEBUG_BUILDER}, in "
+                     f"{kernels.debug_dir(k)}")
+            built = "built" if kernels.debug_ready(k) else "NOT built yet"
+            booted = f"{built}, booted only when named"
+        elif k.build_only:
             where = f"headers extracted into the {k.release} build-only root"
             booted = "build-only: built, never booted"
         else:
@@ -142,9 +149,22 @@ def cmd_kernels_list(args) -> int:
     return 0
 
 
+def cmd_kernels_debug_build(args) -> int:
+    """Build the debug kernels (debugkernel.py)."""
+    if args.jobs is not None and args.jobs < 1:
+        raise UsageError("--jobs must be at least 1")
+    for k in kernels.DEBUG.values():
+        debugkernel.build(k, args.jobs, config_only=args.config_only)
+    return 0
+
+
 def cmd_kernels_update(args) -> int:
     """Move the pins to the newest ABI of their series (pins.py)."""
     ks = _kernels(args.kernel)
+    debug = [k.name for k in ks if k.debug]
+    if debug:
+        raise UsageError(f"{', '.join(debug)}: no pin of its own; it follows the pin of "
+                         "its series, which this command moves")
     listings = None
     if args.listing:
         d = Path(args.listing)
@@ -273,7 +293,7 @@ def cmd_selftest(args) -> int:
         out = res.rundir / "results.json"
         results = json.loads(out.read_text()) if out.exists() else {}
         for name, r in results.items():
-            kernels.log(f"{k.series} {name}: {'ok' if r.get('ok') else 'FAILED'}")
+            kernels.log(f"{k.name} {name}: {'ok' if r.get('ok') else 'FAILED'}")
         if res.returncode != 0 or not clean or not results:
             status = 1
     return status
@@ -300,7 +320,7 @@ def cmd_stress(args) -> int:
         stress = (json.loads(out.read_text()) if out.exists() else {}).get("stress", {})
         for r in stress.get("rounds", []):
             slow = r["slowest_store"]
-            kernels.log(f"{k.series} seed {r['seed']}: {'ok' if r['ok'] else 'FAILED'}: "
+            kernels.log(f"{k.name} seed {r['seed']}: {'ok' if r['ok'] else 'FAILED'}: "
                         f"{r['stores']} stores ({r['switches']} switches, {r['refused']} "
                         f"refused), slowest {slow['s']} s ({slow['what']}), drain "
                         f"{r['drain_s']} s")
@@ -308,7 +328,7 @@ def cmd_stress(args) -> int:
                 why = {x: r[x] for x in ("jobs", "wrong_answers", "balanced")}
                 kernels.log(f"  {json.dumps(why)}")
         if "error" in stress:
-            kernels.log(f"{k.series}: {stress['error'][-2000:]}")
+            kernels.log(f"{k.name}: {stress['error'][-2000:]}")
         if res.returncode != 0 or not clean or not stress.get("ok"):
             status = 1
     return status
@@ -339,7 +359,7 @@ def cmd_blktests(args) -> int:
         clean = _report_log(res)
         s = blktests.summary(doc)
         for outcome, names in s.items():
-            kernels.log(f"{k.series} blktests {outcome} ({len(names)}): " + "; ".join(names))
+            kernels.log(f"{k.name} blktests {outcome} ({len(names)}): " + "; ".join(names))
         if not doc or s["failed"] or not clean:
             status = 1
     return status
@@ -450,7 +470,8 @@ def cmd_disk_params(args) -> int:
 
 def _vm_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kernel", default="6.12",
-                   help="6.1, 6.12 (default), 7.3, a comma list or all")
+                   help="6.1, 6.12 (default), 7.3, a comma list or all; or "
+                        + ", ".join(kernels.DEBUG) + f" (built by {kernels.DEBUG_BUILDER})")
     p.add_argument("--memory", default="2G", help="guest memory (default 2G)")
     p.add_argument("--cpus", type=int, default=2, help="guest CPUs (default 2)")
     p.add_argument("--accel", choices=("auto", "tcg", "kvm", "icount"), default="auto",
@@ -521,10 +542,26 @@ def parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_checkpatch)
 
     p = sub.add_parser("kernels", help="the pinned kernels: prism kernels list, "
-                       "prism kernels update")
+                       "prism kernels update, prism kernels debug-build")
     ksub = p.add_subparsers(dest="kernels_cmd", metavar="COMMAND", required=True)
     p = ksub.add_parser("list", help="the pins, where each is built, which the suite boots")
     p.set_defaults(func=cmd_kernels_list)
+    p = ksub.add_parser("debug-build", help="build "
+                        + ", ".join(kernels.DEBUG) + " from its pin's linux-source with "
+                        "lockdep, KASAN and kmemleak (once per release, outside CI; about an "
+                        "hour on two cores)",
+                        description="Extracts the whole linux-source tree of the pin into "
+                        "~/.cache/prism-7x/debug ($PRISM_ROOTS), configures it as virtme-ng "
+                        "does plus prism's items (prism/host/debugkernel.py), checks that each "
+                        "held, builds it and installs its image and modules beside it; then "
+                        "--kernel " + ", ".join(kernels.DEBUG) + " boots it. Run again with "
+                        "the same inputs, it does nothing.")
+    p.add_argument("--jobs", type=int, metavar="N",
+                   help="parallel make jobs (default: one per CPU)")
+    p.add_argument("--config-only", action="store_true",
+                   help="stop once the config is made and verified (the tree extracted, "
+                        "nothing compiled)")
+    p.set_defaults(func=cmd_kernels_debug_build)
     p = ksub.add_parser("update", help="move each pin in prism/host/kernels.py to the newest "
                         "ABI of its series in Debian's archive, and print what changed",
                         description="Reads the archive with apt (apt-get update first: the "

@@ -61,7 +61,8 @@ def test_a_build_only_kernel_is_never_booted(command, capsys, tmp_path):
 def test_kernels_list_shows_both_sets(capsys):
     assert cli.main(["kernels", "list"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert len(lines) == len(kernels.KERNELS) + len(kernels.BUILD_ONLY)
+    # And the debug kernels, in no set (tests/test_debug_kernel.py).
+    assert len(lines) == len(kernels.KERNELS) + len(kernels.BUILD_ONLY) + len(kernels.DEBUG)
     for k in kernels.build_only():
         assert [line for line in lines if line.split()[0] == k.name
                 and "build-only" in line and k.abi in line]

@@ -132,11 +132,21 @@ def _compiler(k: kernels.Kernel) -> str:
     return subprocess.run(["gcc", "--version"], capture_output=True, text=True).stdout
 
 
+def _kernel_build(k: kernels.Kernel) -> str:
+    """What tells one build of the debug kernel from the next under the
+    same release string (its stamp: source, config, compiler): a module
+    built for the last one may not fit the next one's structs. Nothing
+    for the others, whose ABI names their build."""
+    stamp = kernels.image_dir(k) / kernels.DEBUG_STAMP
+    return stamp.read_text() if k.debug and stamp.exists() else ""
+
+
 def _sources_digest(k: kernels.Kernel) -> str:
     """What a build depends on that can change between two calls: every
     source file, the kernel it is built for, the compiler and the block/
     headers used."""
-    h = hashlib.sha256(f"{k.abi}\n{kernels.block_dir(k)}\n{_compiler(k)}".encode())
+    h = hashlib.sha256(f"{k.abi}\n{kernels.block_dir(k)}\n{_compiler(k)}\n"
+                       f"{_kernel_build(k)}".encode())
     for f in KBUILD_FILES + MODULE_FILES:
         h.update(f.encode() + b"\0" + (MODULE_SRC / f).read_bytes())
     for f in ("Kbuild", f"{TESTBLK_NAME}.c"):
@@ -151,7 +161,7 @@ def build(k: kernels.Kernel, fetch: bool = True) -> Path:
     if fetch:
         kernels.fetch(k)
     if not (k.headers_dir / "Makefile").exists():
-        raise PrismError(f"{k.headers_dir} missing: run 'prism fetch --kernel {k.name}'")
+        raise PrismError(f"{k.headers_dir} missing: run '{kernels.fetch_command(k)}'")
     out = build_dir(k)
     stamp = out / "sources.sha256"
     digest = _sources_digest(k)

@@ -8,8 +8,10 @@ the kernel tree ever enters the repository.
 Two sets: the tested set (KERNELS), built and booted by the test suite,
 and the build-only set (BUILD_ONLY), kernels people run that prism must
 build for without a warning but that are never booted (other flavours,
-other releases' builds of a series). Three kinds, told by Kernel.root
-and Kernel.build_only:
+other releases' builds of a series). Beside them, in no set, the debug
+kernel (DEBUG): a pin's own source built by prism with lockdep, KASAN and
+kmemleak (debugkernel.py), booted only when named. Four kinds, told by
+Kernel.root, Kernel.build_only and Kernel.debug:
 - the host's own Debian release (bookworm): image and headers installed
   with the host's apt into /boot, /lib/modules and /usr/src, as on a real
   machine;
@@ -28,7 +30,11 @@ and Kernel.build_only:
   installed with mmdebstrap), never installed with apt, as 6.12's depend
   on their image (100 MB, and initramfs-tools, which would build an
   initramfs in the root); no image is fetched, and its linux-source .deb
-  is downloaded into the cache like a host kernel's.
+  is downloaded into the cache like a host kernel's;
+- the debug kernel (debug=True): the whole linux-source tree of a pin
+  extracted and built on the host (`prism kernels debug-build`), which
+  is then both its headers and its block/, and its image and modules
+  installed beside it in the layout of an extracted .deb (image_dir()).
 
 `prism kernels update` (pins.py) moves the pins below to the newest ABI
 of each series in the archive.
@@ -69,12 +75,21 @@ class Kernel:
     name: str = ""
     # In the build-only set: built, never booted (vm_tested is then False).
     build_only: bool = False
+    # Built by prism from the source of the pin of the same version, with
+    # the kernel's own checkers on (DEBUG; vm_tested is then False).
+    debug: bool = False
 
     def __post_init__(self) -> None:
         if not self.name:
             object.__setattr__(self, "name", self.series)
-        if self.build_only:
+        if self.build_only or self.debug:
             object.__setattr__(self, "vm_tested", False)
+
+    @property
+    def own_image(self) -> bool:
+        """Booted from image_dir() (an extracted .deb, or the debug
+        kernel's install), not from the host's /boot and /lib/modules."""
+        return bool(self.root) or self.debug
 
     @property
     def release(self) -> str:
@@ -95,14 +110,17 @@ class Kernel:
 
     @property
     def vmlinuz(self) -> Path:
-        if self.root:
+        if self.own_image:
             return image_dir(self) / "boot" / f"vmlinuz-{self.abi}"
         return Path("/boot") / f"vmlinuz-{self.abi}"
 
     @property
     def headers_dir(self) -> Path:
         """The headers as the host sees them (in the build root for a
-        root or build-only kernel; build.py runs make on them inside it)."""
+        root or build-only kernel; build.py runs make on them inside it;
+        the debug kernel's built tree)."""
+        if self.debug:
+            return debug_tree(self)
         if self.build_only:
             return build_only_root(self) / "usr" / "src" / f"linux-headers-{self.abi}"
         if self.root:
@@ -113,7 +131,7 @@ class Kernel:
     def modules_dir(self) -> Path:
         """/lib/modules/ABI, or the one extracted beside the image (where
         vng finds it from the image's path and links it into the guest)."""
-        if self.root:
+        if self.own_image:
             return image_dir(self) / "lib" / "modules" / self.abi
         return Path("/lib/modules") / self.abi
 
@@ -148,6 +166,28 @@ BUILD_ONLY = {k.name: k for k in (
 )}
 
 
+# The debug kernels' LOCALVERSION: their release string is the upstream
+# version and this.
+DEBUG_LOCALVERSION = "-prism-debug"
+
+
+def _debug_of(pin: Kernel) -> Kernel:
+    """@pin's own source built with the kernel's checkers on: the same
+    series and Debian version, named SERIES-debug, with a release string
+    of its own (the upstream version and DEBUG_LOCALVERSION), so that
+    nothing of it is taken for the pin's."""
+    upstream = pin.version.split("-")[0]
+    return Kernel(pin.series, upstream + DEBUG_LOCALVERSION, pin.version,
+                  name=f"{pin.series}-debug", debug=True)
+
+
+# The debug kernels, in no set: `--kernel all` and the test suite never
+# boot one, `--kernel 6.12-debug` does once `prism kernels debug-build`
+# has built it. They follow their pin when `prism kernels update` moves it.
+DEBUG = {k.name: k for k in (_debug_of(KERNELS["6.12"]),)}
+DEBUG_BUILDER = "prism kernels debug-build"
+
+
 def vm_tested() -> list[Kernel]:
     """The kernels the test suite boots by default (Kernel.vm_tested)."""
     return [KERNELS[s] for s in sorted(KERNELS, key=series_key) if KERNELS[s].vm_tested]
@@ -180,19 +220,20 @@ SETS = {"all": "the tested set", "build-only": "the build-only set",
 
 def get(name: str) -> Kernel:
     try:
-        return KERNELS.get(name) or BUILD_ONLY[name]
+        return KERNELS.get(name) or BUILD_ONLY.get(name) or DEBUG[name]
     except KeyError:
         raise UsageError(
             f"unknown kernel {name!r}; tested: "
             + ", ".join(k.name for k in _ordered(KERNELS)) + "; build-only: "
-            + ", ".join(k.name for k in build_only())
+            + ", ".join(k.name for k in build_only()) + "; debug: "
+            + ", ".join(k.name for k in _ordered(DEBUG)) + f" ({DEBUG_BUILDER})"
             + "; or " + ", ".join(f"{s} ({what})" for s, what in SETS.items())) from None
 
 
 def parse(arg: str) -> list[Kernel]:
     """--kernel's value: one kernel by name, a comma list, "all" (the
     tested set: every pin of KERNELS, booted or not yet), "build-only"
-    (BUILD_ONLY) or "every" (both)."""
+    (BUILD_ONLY) or "every" (both). A debug kernel only by its name."""
     if arg == "all":
         return _ordered(KERNELS)
     if arg == "build-only":
@@ -232,10 +273,11 @@ def cache_dir() -> Path:
 
 
 def roots_dir() -> Path:
-    """Build roots, extracted images and the private apt setup: big, slow
-    to make and independent of the module's sources, so shared by every
-    PRISM_CACHE (a developer's private cache included). $PRISM_ROOTS, else
-    ~/.cache/prism-7x (named for the 7.x kernels that first needed it)."""
+    """Build roots, extracted images, the private apt setup and the debug
+    kernels: big, slow to make and independent of the module's sources,
+    so shared by every PRISM_CACHE (a developer's private cache included).
+    $PRISM_ROOTS, else ~/.cache/prism-7x (named for the 7.x kernels that
+    first needed it)."""
     return _cache("PRISM_ROOTS", "prism-7x")
 
 
@@ -256,12 +298,31 @@ def build_only_root(k: Kernel) -> Path:
 
 
 def image_dir(k: Kernel) -> Path:
-    """@k's image .deb extracted (boot/, lib/modules/), for QEMU."""
+    """@k's image .deb extracted (boot/, lib/modules/), for QEMU; the
+    debug kernel's install, in the same layout, beside its tree."""
+    if k.debug:
+        return debug_dir(k) / "image"
     return roots_dir() / "images" / k.abi
 
 
+def debug_dir(k: Kernel) -> Path:
+    """The debug kernel @k's tree and install: one directory per version
+    of its source (a moved pin's leaves the old one behind, which the
+    next build removes: debugkernel.py)."""
+    assert k.debug, k
+    return roots_dir() / "debug" / k.name / k.version
+
+
+def debug_tree(k: Kernel) -> Path:
+    """The debug kernel's whole source tree, configured and built in place."""
+    return debug_dir(k) / "linux"
+
+
 def source_dir(k: Kernel) -> Path:
-    """Where block/ of the matching source is extracted."""
+    """Where block/ of the matching source is extracted (for the debug
+    kernel, the tree it was built from)."""
+    if k.debug:
+        return debug_tree(k)
     return cache_dir() / "src" / f"{k.series}-{k.version}"
 
 
@@ -378,6 +439,8 @@ def check_offered(k: Kernel, pkg: str) -> None:
 
 
 def installed(k: Kernel) -> bool:
+    if k.debug:
+        return debug_ready(k)
     if k.build_only:
         return build_only_ready(k)
     if k.root:
@@ -389,6 +452,9 @@ def installed(k: Kernel) -> bool:
 def install_packages(k: Kernel) -> None:
     """Install the image and headers with apt (they land in /boot,
     /lib/modules and /usr/src, where a real machine has them too)."""
+    if k.debug:
+        require_debug(k)
+        return
     if k.build_only:
         ensure_build_only(k)
         return
@@ -607,6 +673,33 @@ def image_ready(k: Kernel) -> bool:
     return k.vmlinuz.exists() and (k.modules_dir / "modules.dep").exists()
 
 
+# Written into the debug kernel's image directory when its install is
+# complete: what it was built from (debugkernel.py compares it).
+DEBUG_STAMP = ".prism-debug"
+
+
+def debug_ready(k: Kernel) -> bool:
+    """The debug kernel @k is built: its install complete and the tree
+    that modules build against (its Module.symvers) still there."""
+    return ((image_dir(k) / DEBUG_STAMP).exists() and image_ready(k)
+            and (debug_tree(k) / "Module.symvers").exists())
+
+
+def fetch_command(k: Kernel) -> str:
+    """What makes @k bootable and buildable for (an error's advice)."""
+    return DEBUG_BUILDER if k.debug else f"prism fetch --kernel {k.name}"
+
+
+def require_debug(k: Kernel) -> None:
+    """PrismError, naming the command that builds it, unless the debug
+    kernel @k is built: prism never builds one as a side effect (about
+    an hour of two cores)."""
+    if not debug_ready(k):
+        raise PrismError(f"{k.name} is not built yet (no complete {image_dir(k)}): "
+                         f"run '{DEBUG_BUILDER}' (once per release, outside CI; about an "
+                         "hour on two cores)")
+
+
 def fetch_image(k: Kernel) -> Path:
     """Download @k's image .deb (private apt) and extract it with dpkg-deb -x
     into image_dir(): boot/vmlinuz-ABI and lib/modules/ABI, with the
@@ -719,8 +812,12 @@ _WANTED = ("Makefile", "block/", "scripts/checkpatch.pl", "scripts/spelling.txt"
 
 
 def fetch_source(k: Kernel) -> Path:
-    """Extract block/ and checkpatch from linux-source into the cache."""
+    """Extract block/ and checkpatch from linux-source into the cache
+    (the debug kernel's whole tree is there once it is built)."""
     dest = source_dir(k)
+    if k.debug:
+        require_debug(k)
+        return dest
     if ((dest / "block" / "elevator.h").exists() and checkpatch(k).exists()
             and (dest / "Makefile").exists()):
         return dest

@@ -223,7 +223,7 @@ def build_twin(k: kernels.Kernel, rev: str = TWIN_REV, fetch: bool = True) -> Pa
     if fetch:
         kernels.fetch(k)
     if not (k.headers_dir / "Makefile").exists():
-        raise PrismError(f"{k.headers_dir} missing: run 'prism fetch --kernel {k.name}'")
+        raise PrismError(f"{k.headers_dir} missing: run '{kernels.fetch_command(k)}'")
     tree = extract(rev)
     out = build_dir(k, rev)
     stamp = out / "sources.sha256"

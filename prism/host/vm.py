@@ -351,10 +351,10 @@ def run(k: kernels.Kernel, command: str, *, ko: Path | None = None,
     check_disks(disks, accel)
     require_tools()
     if not k.vmlinuz.exists():
-        raise PrismError(f"{k.vmlinuz} missing: run 'prism fetch --kernel {k.series}'")
-    if k.root and not (k.modules_dir / "modules.dep").exists():
-        raise PrismError(f"{k.modules_dir} (extracted beside the image) incomplete: "
-                         f"run 'prism fetch --kernel {k.series}'")
+        raise PrismError(f"{k.vmlinuz} missing: run '{kernels.fetch_command(k)}'")
+    if k.own_image and not (k.modules_dir / "modules.dep").exists():
+        raise PrismError(f"{k.modules_dir} (installed beside the image) incomplete: "
+                         f"run '{kernels.fetch_command(k)}'")
     rundir = rundir or new_rundir()
     rundir.mkdir(parents=True, exist_ok=True)
     for f in ("rc", "dmesg.txt", "started", "console.txt", "kernel-console.txt"):
@@ -374,7 +374,8 @@ def run(k: kernels.Kernel, command: str, *, ko: Path | None = None,
 
     # vng finds the modules tree from the image's path: /lib/modules/ABI
     # for /boot/vmlinuz-ABI; for an image extracted from its .deb
-    # (kernels.fetch_image: IMAGE_DIR/boot/vmlinuz-ABI), IMAGE_DIR/lib/modules/ABI,
+    # (kernels.fetch_image: IMAGE_DIR/boot/vmlinuz-ABI; the debug kernel's
+    # install has the same layout), IMAGE_DIR/lib/modules/ABI,
     # which the guest gets linked at /lib/modules/ABI (virtme_link_mods),
     # the rest of its root being the host's.
     # --verbose sends the kernel console to vng's stderr (kept apart from
