@@ -12,7 +12,8 @@ import pytest
 
 from prism import cli
 from prism.common.errors import PrismError
-from prism.host import build, debugkernel, kernels, vm
+from prism.guest import selftest
+from prism.host import build, debugkernel, kernels, klog, vm
 
 DEBUG = kernels.DEBUG["6.12-debug"]
 
@@ -267,3 +268,42 @@ def test_a_module_is_built_again_for_a_rebuilt_debug_kernel(roots):
     first = build._sources_digest(DEBUG)
     stamp.write_text("config sha256 2\n")
     assert build._sources_digest(DEBUG) != first
+
+
+# --- booting it: kmemleak's scan, the lifecycle's checks ---------------------
+
+def test_kmemleak_is_scanned_after_the_command_on_a_debug_kernel_only(tmp_path):
+    script = vm._guest_script("true", tmp_path, None, kmemleak=True)
+    assert script.count("echo scan > /sys/kernel/debug/kmemleak") == 1
+    scan = script.index("echo scan")
+    assert script.index('echo "$rc"') < scan < script.index("dmesg >")
+    assert '> "$PRISM_RUNDIR/kmemleak.txt"' in script
+    assert "/sys/kernel/debug/kmemleak" not in vm._guest_script("true", tmp_path, None)
+
+
+@pytest.mark.parametrize("line", [
+    "[ 812.1] kmemleak: 3 new suspected memory leaks (see /sys/kernel/debug/kmemleak)",
+    "[   0.9] kmemleak: Kernel memory leak detector disabled",
+    "[  12.3] BUG: KASAN: slab-use-after-free in prism_finish_request+0x1/0x2",
+])
+def test_a_debug_kernels_reports_fail_the_boot(line):
+    assert klog.problems(line)
+
+
+def test_a_debug_kernels_selftest_runs_the_lifecycles_checks(monkeypatch, tmp_path):
+    """The checks that time the policy or the drives are left out (and
+    status_tool, whose lockdown would keep kmemleak from scanning), unless
+    --only names checks."""
+    ran = []
+
+    def run_vm(k, command, args, rundir=None):
+        ran.append(command)
+        return vm.VmResult(0, "", "", tmp_path, 1.0)
+    monkeypatch.setattr(cli, "_run_vm", run_vm)
+    cli.main(["selftest", "--kernel", "6.12-debug"])
+    skip = ran[-1].split("--skip ")[1].split()[0].split(",")
+    assert set(skip) == set(selftest.SAME_ON_EVERY_KERNEL) | {"status_tool"}
+    cli.main(["selftest", "--kernel", "6.12-debug", "--only", "status_tool"])
+    assert "--skip" not in ran[-1] and "--only status_tool" in ran[-1]
+    cli.main(["selftest", "--kernel", "6.12"])
+    assert "--skip" not in ran[-1]

@@ -1,8 +1,9 @@
 """Reading a guest's kernel log for signs that something went wrong.
 
 Every VM run ends with this check: a scheduler bug shows up first as a
-WARN, a BUG or oops, a lockdep report or a hung task, often while the
-workload itself still "passes".
+WARN, a BUG or oops, a lockdep report or a hung task (and on a debug
+kernel a KASAN report or a leak), often while the workload itself still
+"passes".
 """
 
 from __future__ import annotations
@@ -21,6 +22,10 @@ PROBLEMS = {
     "hung task": re.compile(r"INFO: task .+ blocked for more than|hung_task"),
     "soft lockup": re.compile(r"soft lockup|hard LOCKUP"),
     "sanitizer": re.compile(r"UBSAN:|KASAN:|KCSAN:"),
+    # The debug kernels' kmemleak, after vm.run()'s scans (the leaks'
+    # stacks are in the run directory's kmemleak.txt), or turned off.
+    "memory leak": re.compile(r"kmemleak: \d+ new suspected memory leaks|"
+                              r"Kernel memory leak detector disabled"),
     "list corruption": re.compile(r"list_(add|del) corruption"),
 }
 
