@@ -143,7 +143,7 @@ def test_the_config_asks_for_the_checkers_and_what_the_guest_suite_uses():
     for item in ("BLK_DEV_NULL_BLK", "SCSI_DEBUG", "BLK_DEV_LOOP", "MQ_IOSCHED_KYBER",
                  "IOSCHED_BFQ"):
         assert w[item] == "m", item
-    assert w["DEBUG_KMEMLEAK_AUTO_SCAN"] == "n" and w["DEBUG_INFO_BTF"] == "n"
+    assert w["DEBUG_KMEMLEAK_AUTO_SCAN"] == "n" and w["DEBUG_INFO"] == "n"
     assert w["LOCALVERSION"] == f'"{kernels.DEBUG_LOCALVERSION}"'
     assert all(re.fullmatch(r"[0-9A-Z_]+", name) for name in w)
 
