@@ -560,8 +560,8 @@ def parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_kernels_list)
     p = ksub.add_parser("debug-build", help="build "
                         + ", ".join(kernels.DEBUG) + " from its pin's linux-source with "
-                        "lockdep, KASAN and kmemleak (once per release, outside CI; about an "
-                        "hour on two cores)",
+                        "lockdep, KASAN and kmemleak (once per release, outside CI; about "
+                        "25 minutes on two cores)",
                         description="Extracts the whole linux-source tree of the pin into "
                         "~/.cache/prism-7x/debug ($PRISM_ROOTS), configures it as virtme-ng "
                         "does plus prism's items (prism/host/debugkernel.py), checks that each "

@@ -693,11 +693,11 @@ def fetch_command(k: Kernel) -> str:
 def require_debug(k: Kernel) -> None:
     """PrismError, naming the command that builds it, unless the debug
     kernel @k is built: prism never builds one as a side effect (about
-    an hour of two cores)."""
+    25 minutes of two cores)."""
     if not debug_ready(k):
         raise PrismError(f"{k.name} is not built yet (no complete {image_dir(k)}): "
-                         f"run '{DEBUG_BUILDER}' (once per release, outside CI; about an "
-                         "hour on two cores)")
+                         f"run '{DEBUG_BUILDER}' (once per release, outside CI; about "
+                         "25 minutes on two cores)")
 
 
 def fetch_image(k: Kernel) -> Path:
