@@ -119,6 +119,8 @@ def test_cache_is_outside_the_repo(monkeypatch, tmp_path):
     ("[  130.0] INFO: task fio:123 blocked for more than 120 seconds.", "hung task"),
     ("[   12.3] watchdog: BUG: soft lockup - CPU#0 stuck for 22s!", "bug"),
     ("[   12.3] list_del corruption. prev->next should be ffff", "list corruption"),
+    ("[   12.3] WARNING: bad unlock balance detected!", "lockdep"),
+    ("[   12.3] turning off the locking correctness validator.", "lockdep"),
 ])
 def test_klog_finds_problems(line, kind):
     text = "[    1.0] null_blk: module loaded\n" + line + "\n"
@@ -129,7 +131,10 @@ def test_klog_clean_boot_log():
     text = ("[    0.0] Linux version 6.12.117+deb12-amd64\n"
             "[   10.7] prism_iosched: loading out-of-tree module taints kernel.\n"
             "[   10.7] io scheduler prism registered\n"
-            "[   11.0] null_blk: disk nullb0 created\n")
+            "[   11.0] null_blk: disk nullb0 created\n"
+            # A lockdep kernel's banner (the debug kernel's).
+            "[    1.8] rcu: \tRCU lockdep checking is enabled.\n"
+            "[    2.2] ... MAX_LOCKDEP_KEYS:        8192\n")
     assert klog.problems(text) == []
 
 

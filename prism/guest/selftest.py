@@ -1972,8 +1972,13 @@ def check_hot_remove(ctx) -> dict:
                         ("idle", ["--rw=read", "--prioclass=3"])):
         args += [f"--name={name}", "--bs=4k", "--iodepth=32"] + extra
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(3)
-    queued = sum(t["queued"] for t in g.prism_tiers(dev).values())
+    # Until prism holds requests: 3 s on Debian's kernels, more where fio
+    # starts slowly (the debug kernel's KASAN: none queued after 3 s).
+    deadline = time.monotonic() + 60
+    queued = 0
+    while not queued and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(1)
+        queued = sum(t["queued"] for t in g.prism_tiers(dev).values())
     t0 = time.monotonic()
     (g.CONFIGFS / "nullb" / "hot" / "power").write_text("0\n")
     removed_s = time.monotonic() - t0

@@ -15,10 +15,15 @@ PROBLEMS = {
     "warning": re.compile(r"WARNING: CPU: \d+ PID: \d+|------------\[ cut here \]------------"),
     "bug": re.compile(r"\bBUG: |kernel BUG at "),
     "oops": re.compile(r"\bOops: |general protection fault|Kernel panic"),
+    # lockdep's reports by their titles, not the word: a lockdep kernel
+    # (the debug kernel) says "RCU lockdep checking is enabled" at boot.
     "lockdep": re.compile(r"possible circular locking dependency|"
                           r"possible recursive locking|inconsistent lock state|"
                           r"INFO: trying to register non-static key|"
-                          r"suspicious RCU usage|lockdep"),
+                          r"suspicious RCU usage|possible irq lock inversion|"
+                          r"bad unlock balance|held lock freed|"
+                          r"lock held when returning to user space|DEBUG_LOCKS_WARN_ON|"
+                          r"turning off the locking correctness validator"),
     "hung task": re.compile(r"INFO: task .+ blocked for more than|hung_task"),
     "soft lockup": re.compile(r"soft lockup|hard LOCKUP"),
     "sanitizer": re.compile(r"UBSAN:|KASAN:|KCSAN:"),
