@@ -233,6 +233,7 @@ struct prism_tier_queue {
 	atomic64_t completed;	/* finished after prism dispatched them */
 	atomic64_t merged_away;	/* finished without, merged into another */
 	unsigned long last_done;	/* jiffies of the last completion or flush seen */
+	unsigned long last_dispatch;	/* jiffies of the last dispatch (not LOW) */
 	/*
 	 * ns of the last completion (NORMAL and LOW) but background
 	 * writeback's, which pacing lets through in the gaps
@@ -415,6 +416,7 @@ struct prism_data {
 	u64 held_paced;		/* depth holds that waited for a paced gap */
 	u64 held_flow;
 	u64 tags_short;		/* holds waived: their tier was tagless */
+	u64 held_stalled;	/* views with a tier above overdue (limit 0) */
 	u64 idle_since;		/* ns: a window hold began; 0: none */
 	int idle_tier;		/* the tier it held for */
 	int idle_flow;		/* the flow slot it idled for, -1: a tier */

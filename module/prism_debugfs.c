@@ -219,7 +219,7 @@ static int prism_flight_show(void *data, struct seq_file *m)
 	u32 chain_quick[PRISM_NR_TIERS];
 	struct prism_depth_ctl d;
 	u64 window, target, held_window, held_depth, held_flow;
-	u64 flow_window, held_paced, empty, tags_short;
+	u64 flow_window, held_paced, empty, tags_short, held_stalled;
 	u32 parked;
 	int t;
 
@@ -241,6 +241,7 @@ static int prism_flight_show(void *data, struct seq_file *m)
 	held_paced = pd->held_paced;
 	empty = pd->empty_dispatches;
 	tags_short = pd->tags_short;
+	held_stalled = pd->held_stalled;
 	parked = pd->nr_parked;
 	flow_window = prism_flow_window_now(pd, prism_tun(pd),
 					    prism_weights_differ_now(pd));
@@ -253,7 +254,7 @@ static int prism_flight_show(void *data, struct seq_file *m)
 			   samples[t], div_u64(chain[t], NSEC_PER_USEC),
 			   chain_samples[t],
 			   chain_quick[t] * 100 / PRISM_QUICK_ONE);
-	seq_printf(m, "device_depth=%u lower_limit=%u window_us=%llu target_us=%llu bulk_us=%llu bulk_samples=%u solo_us=%llu solo_samples=%u floor_us=%llu floor_samples=%u lat_us=%llu cuts=%llu held_window=%llu held_depth=%llu window_runs=%lld flow_window_us=%llu held_flow=%llu lower_duty=%u held_paced=%llu empty_dispatches=%llu parked=%u tags_short=%llu\n",
+	seq_printf(m, "device_depth=%u lower_limit=%u window_us=%llu target_us=%llu bulk_us=%llu bulk_samples=%u solo_us=%llu solo_samples=%u floor_us=%llu floor_samples=%u lat_us=%llu cuts=%llu held_window=%llu held_depth=%llu window_runs=%lld flow_window_us=%llu held_flow=%llu lower_duty=%u held_paced=%llu empty_dispatches=%llu parked=%u tags_short=%llu held_stalled=%llu\n",
 		   pd->device_depth, d.limit,
 		   div_u64(window, NSEC_PER_USEC),
 		   div_u64(target, NSEC_PER_USEC),
@@ -263,7 +264,8 @@ static int prism_flight_show(void *data, struct seq_file *m)
 		   div_u64(d.lat, NSEC_PER_USEC), d.cuts, held_window,
 		   held_depth, atomic64_read(&pd->window_runs),
 		   div_u64(flow_window, NSEC_PER_USEC), held_flow,
-		   d.duty, held_paced, empty, parked, tags_short);
+		   d.duty, held_paced, empty, parked, tags_short,
+		   held_stalled);
 	return 0;
 }
 

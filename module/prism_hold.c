@@ -557,6 +557,27 @@ static void prism_view_paced(struct prism_data *pd, struct prism_flight *f,
 }
 
 /*
+ * Whether a tier above @first (the highest with requests queued) has a
+ * request overdue in the device (prism_tier_stalled()): then none of the
+ * tiers below may have one more there. Jiffies only: both times are
+ * stored once a jiffy.
+ */
+static bool prism_view_stalled(struct prism_data *pd,
+			       const struct prism_tier_view view[PRISM_NR_TIERS],
+			       int first)
+{
+	unsigned long now = jiffies, stall = msecs_to_jiffies(PRISM_STALL_MS);
+	int t;
+
+	for (t = 0; t < first && t < PRISM_LOW; t++)
+		if (prism_tier_stalled(view[t].inflight,
+				       READ_ONCE(pd->tier[t].last_done),
+				       pd->tier[t].last_dispatch, now, stall))
+			return true;
+	return false;
+}
+
+/*
  * prism_choose() on the full view of the tiers: false if nothing may be
  * dispatched now, after arranging for the queue to run again (a window,
  * depth, flow or rate hold). The tiers that had requests to offer go to
@@ -610,6 +631,10 @@ prism_choose_viewed(struct prism_data *pd, struct blk_mq_hw_ctx *hctx,
 
 	flight.depth = depth;
 	flight.lower_limit = pd->depth.limit;
+	if (prism_view_stalled(pd, view, first)) {
+		flight.lower_limit = 0;
+		pd->held_stalled++;
+	}
 	flight.lower_duty = pd->depth.duty;
 	if (flight.lower_duty < PRISM_DUTY_FULL) {
 		if (!*now)

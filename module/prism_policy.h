@@ -680,6 +680,30 @@ struct prism_depth_ctl {
 	u32 duty;
 };
 
+/*
+ * A tier's request overdue in the device: the tier has requests in
+ * flight, and none of its requests completed or was dispatched for
+ * PRISM_STALL_MS. A device that reorders (an NCQ disk serving the nearest
+ * command first, shortest positioning time) can keep one far request
+ * waiting for as long as a lower tier's stream keeps offering near ones:
+ * on the emulated NCQ disk a database read waited 8.6 s behind an IDLE
+ * sequential reader, pgbench's connections took 21 s, and the depth
+ * controller, which learns only from completions, never heard of it.
+ * While it lasts nothing of the tiers below may go to the device (the
+ * mechanism sets the lower limit to 0), so the device drains them and
+ * serves it. The activity clock's length: ten random reads of a disk,
+ * and what a request behind a metered volume's bulk debt may wait.
+ */
+#define PRISM_STALL_MS		100
+
+static inline bool prism_tier_stalled(u64 inflight, unsigned long last_done,
+				      unsigned long last_dispatch,
+				      unsigned long now, unsigned long stall)
+{
+	return inflight && prism_time_after_eq(now, last_done + stall) &&
+	       prism_time_after_eq(now, last_dispatch + stall);
+}
+
 #define PRISM_DUTY_FULL		100
 #define PRISM_DUTY_STEP		10
 

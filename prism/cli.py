@@ -67,10 +67,13 @@ def cloud_check_disks(rundir: Path) -> list[vm.Disk | vm.ModelDisk]:
     own: virtio_blk.queue_depth holds for every virtio disk, and the HDD
     of the main suite needs 1 where a volume needs 64. The default volume,
     and a small one (200 IOPS, 16 MiB/s, as docs/disk-params/cloud-small.toml)
-    where one bulk request is a large part of a second."""
+    where one bulk request is a large part of a second; and an NCQ disk
+    (hdd-ncq's drive, offered 64 deep as the volumes are: the drive still
+    reorders among its 32 oldest) for the overdue-request check."""
     return [vm.ModelDisk(diskmodel.CloudProfile(), rundir, trace=True),
             vm.ModelDisk(diskmodel.CloudProfile(iops_limit=200, bandwidth_mib=16.0),
-                         rundir / "cloud-small", serial_name="cloud-small")]
+                         rundir / "cloud-small", serial_name="cloud-small"),
+            vm.ModelDisk(diskmodel.HddNcqProfile(queue_depth=64), rundir / "hdd-ncq")]
 
 
 def _disks(args, rundir: Path) -> list[vm.Disk | vm.ModelDisk]:

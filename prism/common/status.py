@@ -40,7 +40,7 @@ DEFAULTS = {
 # The in-flight control's values worth a line, as debugfs "flight" names them.
 FLIGHT_KEYS = ("device_depth", "lower_limit", "lower_duty", "target_us", "window_us",
                "held_window", "held_depth", "held_flow", "held_paced", "tags_short",
-               "empty_dispatches", "parked")
+               "empty_dispatches", "parked", "held_stalled")
 # How many processes' flows to show per disk, the most served first.
 TOP_FLOWS = 8
 

@@ -1080,6 +1080,45 @@ TEST(lower_tier_held_while_the_device_is_full)
 	CHECK_EQ(c.tier, PRISM_LOW);
 }
 
+/*
+ * A tier with a request overdue in the device (nothing of it completed or
+ * dispatched for PRISM_STALL_MS): the mechanism's lower limit of 0 holds
+ * every tier below, shares too, so that a reordering device drains them;
+ * aging still passes.
+ */
+TEST(an_overdue_request_holds_every_tier_below)
+{
+	CHOOSE_SETUP;
+	struct prism_flight f = {
+		.depth = 32, .lower_limit = 0, .lower_duty = PRISM_DUTY_FULL
+	};
+	unsigned long stall = 25, now = 10000;	/* 100 ms at HZ 250 */
+	enum prism_hold hold;
+
+	/* Overdue only once both its last completion and dispatch are old. */
+	CHECK(!prism_tier_stalled(0, now - 100, now - 100, now, stall));
+	CHECK(!prism_tier_stalled(1, now - 24, now - 100, now, stall));
+	CHECK(!prism_tier_stalled(1, now - 100, now - 24, now, stall));
+	CHECK(prism_tier_stalled(1, now - 25, now - 25, now, stall));
+	/* jiffies wrap. */
+	CHECK(prism_tier_stalled(1, (unsigned long)-10, (unsigned long)-10, 20, stall));
+
+	view_set(v, PRISM_LOW, PRISM_READ, 50, now - 10);
+	v[PRISM_NORMAL].inflight = 1;
+	v[PRISM_LOW].inflight = 13;
+	/* LOW is owed its share: held all the same. */
+	b.credit[PRISM_LOW] = (s64)PRISM_SHARE_UNIT * 1000000000LL;
+	CHECK(!mech_choose(v, &b, &t, &f, now, &c, &hold));
+	CHECK_EQ(hold, PRISM_HOLD_DEPTH);
+	/* Even with the device empty of LOW. */
+	v[PRISM_LOW].inflight = 0;
+	CHECK(!mech_choose(v, &b, &t, &f, now, &c, &hold));
+	/* Aging passes. */
+	v[PRISM_LOW].dir[PRISM_READ].oldest = now - t.prio_aging_expire - 1;
+	CHECK(mech_choose(v, &b, &t, &f, now, &c, &hold));
+	CHECK_EQ(c.tier, PRISM_LOW);
+}
+
 TEST(a_recent_tier_keeps_the_limit_between_its_links)
 {
 	CHOOSE_SETUP;
