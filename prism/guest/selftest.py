@@ -2402,6 +2402,9 @@ def fs_writer_jobfile(mnt: str, runtime: int) -> str:
 
 
 def stress_round(ctx, seed: int, seconds: int) -> dict:
+    # The bounds, scaled for a slower kernel (--stress-slowdown).
+    slow = ctx.get("stress_slowdown") or 1
+    store_bound, drain_bound = STRESS_STORE_BOUND_S * slow, STRESS_DRAIN_S * slow
     """One seed of check_stress."""
     rng = random.Random(seed)
     nullb, virtio = ctx["nullb_verify"], ctx["virtio"]
@@ -2445,7 +2448,7 @@ def stress_round(ctx, seed: int, seconds: int) -> dict:
     results = {}
     for n, p in procs.items():
         try:
-            out, err = p.communicate(timeout=max(1.0, t_drain + STRESS_DRAIN_S
+            out, err = p.communicate(timeout=max(1.0, t_drain + drain_bound
                                                  - time.monotonic()))
             rep = g.parse_fio_json(out) if out.strip() else {"jobs": []}
             results[n] = {"rc": p.returncode,
@@ -2461,7 +2464,7 @@ def stress_round(ctx, seed: int, seconds: int) -> dict:
     slowest = max(stores, key=lambda s: s["s"])
     wrong = [s["what"] for s in stores if "ACCEPTED" in s["what"] or "FAILED" in s["what"]]
     ok = (all(r["rc"] == 0 and r["errors"] == 0 for r in results.values())
-          and slowest["s"] <= STRESS_STORE_BOUND_S and not wrong and all(books.values()))
+          and slowest["s"] <= store_bound and not wrong and all(books.values()))
     return {"ok": ok, "seed": seed, "stores": len(stores),
             "switches": sum(s["what"].startswith("switch") for s in stores),
             "refused": sum(s["errno"] != 0 for s in stores),
@@ -2486,8 +2489,9 @@ def check_stress(ctx) -> dict:
     rounds = [stress_round(ctx, s, seconds) for s in seeds]
     for d in (ctx["nullb_verify"], ctx["virtio"]):
         g.set_scheduler(d, "none")
-    return {"ok": all(r["ok"] for r in rounds), "store_bound_s": STRESS_STORE_BOUND_S,
-            "drain_bound_s": STRESS_DRAIN_S, "rounds": rounds}
+    slow = ctx.get("stress_slowdown") or 1
+    return {"ok": all(r["ok"] for r in rounds), "store_bound_s": STRESS_STORE_BOUND_S * slow,
+            "drain_bound_s": STRESS_DRAIN_S * slow, "rounds": rounds}
 
 
 def in_cgroup(cg: Path, cmd: str) -> subprocess.Popen:
@@ -3257,6 +3261,8 @@ def main(argv=None) -> int:
                     "list (default 1,2)")
     ap.add_argument("--stress-seconds", type=int, help="seconds of stores per seed "
                     "(default 20)")
+    ap.add_argument("--stress-slowdown", type=int, default=1,
+                    help="multiply the stress check's time bounds (a debug kernel)")
     ap.add_argument("--autoload-first", action="store_true",
                     help="run check_autoload before the suite loads prism (DKMS must "
                     "have installed the module for this kernel)")
@@ -3272,6 +3278,7 @@ def main(argv=None) -> int:
         results["setup"] = {"ok": True, **ctx}
         ctx["stress_seeds"] = parse_seeds(args.stress_seeds) if args.stress_seeds else None
         ctx["stress_seconds"] = args.stress_seconds
+        ctx["stress_slowdown"] = args.stress_slowdown
     except Exception:
         results["setup"] = {"ok": False, "error": traceback.format_exc()}
         ctx = None
