@@ -543,10 +543,12 @@ static __always_inline void prism_dispatch_out(struct prism_data *pd,
 		prism_rq_set_state(rq, 0);
 	} else {
 		WRITE_ONCE(tq->started, tq->started + 1);
-		/* One store per jiffy: for prism_tier_stalled(). */
-		tick = jiffies;
-		if (tier != PRISM_LOW && tq->last_dispatch != tick)
-			tq->last_dispatch = tick;
+		if (tier != PRISM_LOW) {
+			/* One store per jiffy: for prism_tier_stalled(). */
+			tick = jiffies;
+			if (tq->last_dispatch != tick)
+				tq->last_dispatch = tick;
+		}
 		st |= PRISM_RQ_DISPATCHED;
 		st &= ~(PRISM_RQ_SOLO | PRISM_RQ_IDLE_DEV | PRISM_RQ_TIMED |
 			PRISM_RQ_LEARN_MASK);

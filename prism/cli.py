@@ -336,10 +336,10 @@ def cmd_stress(args) -> int:
         # A debug kernel (KASAN, lockdep) under TCG is several times
         # slower: its first stress run drained the verify jobs in 62 s,
         # past the 60 s bound, with a clean log and the books balanced.
-        slow = f" --stress-slowdown {DEBUG_STRESS_SLOWDOWN}" if k.debug else ""
+        slowdown = f" --stress-slowdown {DEBUG_STRESS_SLOWDOWN}" if k.debug else ""
         res = _run_vm(k, "python3 -m prism.guest.selftest --only stress --out results.json "
                          f"--stress-seeds {args.seeds} --stress-seconds {args.seconds}"
-                         + slow, args)
+                         + slowdown, args)
         clean = _report_log(res)
         out = res.rundir / "results.json"
         stress = (json.loads(out.read_text()) if out.exists() else {}).get("stress", {})

@@ -959,6 +959,7 @@ def check_depth_control_cloud(ctx) -> dict:
             "low_mib_s": {s: mean(s, "bw_kib", "low") / 1024 for s in ("none", "prism")},
             "settled": settled, "runs": runs}
 
+
 def check_overdue_ncq(ctx) -> dict:
     """On a disk with NCQ (the emulated one: shortest positioning time first
     among its 32 oldest commands, no aging), a sparse reader at the default
@@ -2401,11 +2402,16 @@ def fs_writer_jobfile(mnt: str, runtime: int) -> str:
             "[bulk_writer]\nrw=write\nbs=256k\nprioclass=3\nend_fsync=1\n")
 
 
-def stress_round(ctx, seed: int, seconds: int) -> dict:
-    # The bounds, scaled for a slower kernel (--stress-slowdown).
+def stress_bounds(ctx) -> tuple[float, float]:
+    """The stress check's store and drain bounds, scaled for a slower
+    kernel (--stress-slowdown: a debug kernel's KASAN and lockdep)."""
     slow = ctx.get("stress_slowdown") or 1
-    store_bound, drain_bound = STRESS_STORE_BOUND_S * slow, STRESS_DRAIN_S * slow
+    return STRESS_STORE_BOUND_S * slow, STRESS_DRAIN_S * slow
+
+
+def stress_round(ctx, seed: int, seconds: int) -> dict:
     """One seed of check_stress."""
+    store_bound, drain_bound = stress_bounds(ctx)
     rng = random.Random(seed)
     nullb, virtio = ctx["nullb_verify"], ctx["virtio"]
     devs = [nullb, virtio]
@@ -2489,9 +2495,9 @@ def check_stress(ctx) -> dict:
     rounds = [stress_round(ctx, s, seconds) for s in seeds]
     for d in (ctx["nullb_verify"], ctx["virtio"]):
         g.set_scheduler(d, "none")
-    slow = ctx.get("stress_slowdown") or 1
-    return {"ok": all(r["ok"] for r in rounds), "store_bound_s": STRESS_STORE_BOUND_S * slow,
-            "drain_bound_s": STRESS_DRAIN_S * slow, "rounds": rounds}
+    store_bound, drain_bound = stress_bounds(ctx)
+    return {"ok": all(r["ok"] for r in rounds), "store_bound_s": store_bound,
+            "drain_bound_s": drain_bound, "rounds": rounds}
 
 
 def in_cgroup(cg: Path, cmd: str) -> subprocess.Popen:
