@@ -163,6 +163,7 @@ struct prism_flow {
 	u64 wait_window;
 	struct prism_think think;
 	bool returning;
+	struct prism_raise raise;	/* weight raising, under the lock */
 	char comm[TASK_COMM_LEN];
 };
 
@@ -382,6 +383,10 @@ struct prism_data {
 	u32 learn_tick;
 	unsigned long learn_folded;
 	u64 flow_overflows;		/* requests that found no flow slot */
+	/* Weight raising (see prism_wf2q.h): flow starts, and those raised. */
+	struct prism_burst burst;
+	u64 flow_starts;
+	u64 flows_raised;
 	u64 group_overflows;		/* ... and no group slot */
 	struct prism_flow *flows;	/* PRISM_FLOW_SLOTS */
 	struct prism_group *groups;	/* PRISM_NR_GROUPS */

@@ -154,6 +154,8 @@ static int prism_flows_show(void *data, struct seq_file *m)
 	}
 	seq_printf(m, "group_overflows=%llu\n", pd->group_overflows);
 	seq_printf(m, "overflows=%llu\n", pd->flow_overflows);
+	seq_printf(m, "flow_starts=%llu\n", pd->flow_starts);
+	seq_printf(m, "raised=%llu\n", pd->flows_raised);
 	spin_unlock(&pd->lock);
 	return 0;
 }

@@ -67,6 +67,7 @@ void prism_flow_reset(struct prism_data *pd, struct prism_flow *fl,
 	fl->dispatch_ns = 0;
 	fl->think = (struct prism_think){ };
 	fl->returning = false;
+	fl->raise = (struct prism_raise){ };
 	if (id && current->tgid == id)
 		strscpy(fl->comm, current->comm, sizeof(fl->comm));
 	else
@@ -195,6 +196,8 @@ static void prism_flow_activate(struct prism_data *pd, struct prism_flow *fl,
 	if (fl->fq.backlogged)
 		return;
 	weight = prism_rq_weight(rq);
+	if (prism_raise_on(&fl->raise, jiffies))
+		weight *= PRISM_RAISE_COEFF;
 	prism_note_flow_weight(pd, fl, weight);
 	if (g && !g->ent.backlogged) {
 		if (fl->returning)
@@ -715,6 +718,10 @@ chosen:
 	 */
 	cost = prism_flow_served(pd, tun, fl, rq);
 	prism_flow_charge(pd, fl, cost);
+	if (fl->raise.left &&
+	    prism_raise_served(&fl->raise, blk_rq_sectors(rq), jiffies))
+		prism_fq_reweight(prism_flow_fq(pd, fl), &fl->fq,
+				  fl->fq.weight / PRISM_RAISE_COEFF);
 	prism_account(&pd->batch, tun, queued_tiers, &c, cost);
 	/*
 	 * Not while draining: a tier must not owe, once a freeze is over,

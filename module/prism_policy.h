@@ -1026,26 +1026,7 @@ bool prism_learn_params(const struct prism_cost_learner *l,
 			const struct prism_cost_params *prior,
 			struct prism_cost_params *out);
 
-/*
- * Fair queuing inside a tier. Virtual times are service divided by
- * weight, in ns x PRISM_VT_SCALE / weight units; they wrap, and are
- * compared with prism_vt_before().
- */
-#define PRISM_VT_SCALE		PRISM_FQ_WEIGHT_MAX
-
-struct prism_fq {
-	u64 vtime;		/* the tier's virtual time V */
-	u32 wsum;		/* weights of its backlogged flows */
-	u32 nr;			/* backlogged flows */
-	u64 w2sum;		/* their weights' squares (prism_fq_asymmetric()) */
-};
-
-struct prism_fq_flow {
-	u64 start;		/* virtual time its next turn starts at (S) */
-	u64 est;		/* cost estimate of its next turn, ns */
-	u32 weight;
-	bool backlogged;
-};
+#include "prism_wf2q.h"
 
 /*
  * How long waiting for flow @f (not backlogged; see prism_flow_expected())
@@ -1055,26 +1036,16 @@ struct prism_fq_flow {
  * and without the wait a flow issuing one request at a time is never
  * backlogged, so flows of unequal weights would be served alike: the
  * whole window. A random flow among equal weights saves no seek and keeps
- * no ratio by the wait; it keeps its place in the fair queue anyway
- * (prism_flow_returning()), so all a wait buys is that its next request
- * does not queue behind another flow's: worth a short wait only,
- * PRISM_SEEKY_WINDOW, bfq's BFQ_MIN_TT for a seeky queue, which still
- * covers a reader that issues its next request at once. Under pgbench
- * on the emulated HDD, whose backends read at random with milliseconds
- * of work between requests, waiting up to the 8 ms window for each held
- * the disk 2,478 times in a 20 s run of 4,783 requests. On a queueing
- * device (NCQ, a deep volume) the drive orders what it holds, so a
- * random flow gains no seek from the wait, while every other flow's
- * requests wait out the whole of its request in the device (measured on
- * hdd-ncq under pgbench: NORMAL reads waited 30-38 ms at P99 in prism
- * with the wait, 0.3-0.75 ms without). There, as bfq decides on a
- * queueing disk, wait only for a sequential stream or when the tier's
- * weights are asymmetric (a backlogged flow of another weight than @f's:
- * only the wait keeps their ratio), not at all for a random flow among
- * equals. On flash (not @rotational) no order saves anything, so only
- * unequal weights pay for the wait: share8 on the cloud volume, whose
- * readers' requests merge into one at a time per reader, came within 2%
- * of the weights with it, 74% without.
+ * its place in the fair queue anyway (prism_flow_returning()): a short
+ * wait only, PRISM_SEEKY_WINDOW (bfq's BFQ_MIN_TT for a seeky queue),
+ * which still covers a reader that issues its next request at once and
+ * does not hold the disk for every pgbench backend's think time. On a
+ * queueing device (NCQ, a deep volume) the drive orders what it holds, so
+ * a random flow gains no seek while every other flow waits out its
+ * request: as bfq decides there, wait only for a stream or while the
+ * tier's weights are asymmetric (only the wait keeps their ratio). On
+ * flash no order saves anything: only unequal weights pay for the wait.
+ * docs/design.md gives the measurements behind each case.
  */
 #define PRISM_SEEKY_WINDOW	2000000ULL	/* 2 ms */
 
@@ -1093,141 +1064,6 @@ static inline u64 prism_flow_idle_window(u32 depth, bool rotational,
 						     PRISM_SEEKY_WINDOW;
 	return 0;
 }
-
-static inline bool prism_vt_before(u64 a, u64 b)
-{
-	return (s64)(a - b) < 0;
-}
-
-static inline u64 prism_vt_delta(u64 cost, u32 weight)
-{
-	return cost * PRISM_VT_SCALE / (weight ? weight : 1);
-}
-
-/* Its virtual finish time: when its next turn would end. */
-static inline u64 prism_fq_finish(const struct prism_fq_flow *f)
-{
-	return f->start + prism_vt_delta(f->est, f->weight);
-}
-
-/*
- * A flow comes back while it was expected (prism_flow_expected(): a
- * request of it still in the device, or within the window after its
- * last completion): it keeps its start, what it is owed as much as any
- * debt, as if it had stayed backlogged through the gap. A stream issuing
- * one request at a time is never backlogged when the device frees, and
- * were it restarted at the tier's virtual time at each return, it would
- * forfeit its weight: flows of every weight would be served alike.
- */
-static inline void prism_fq_return(struct prism_fq *fq,
-				   struct prism_fq_flow *f, u32 weight)
-{
-	if (f->backlogged)
-		return;
-	f->weight = weight ? weight : 1;
-	f->backlogged = true;
-	fq->wsum += f->weight;
-	fq->w2sum += (u64)f->weight * f->weight;
-	fq->nr++;
-}
-
-/*
- * A flow becomes backlogged: it starts where it left off, or at the
- * tier's virtual time if that is later, so an idle flow banks nothing
- * and a flow that used more than its share keeps its debt.
- */
-static inline void prism_fq_activate(struct prism_fq *fq,
-				     struct prism_fq_flow *f, u32 weight)
-{
-	if (f->backlogged)
-		return;
-	if (!fq->nr || prism_vt_before(f->start, fq->vtime))
-		f->start = fq->vtime;
-	prism_fq_return(fq, f, weight);
-}
-
-static inline void prism_fq_deactivate(struct prism_fq *fq,
-				       struct prism_fq_flow *f)
-{
-	if (!f->backlogged)
-		return;
-	f->backlogged = false;
-	fq->wsum -= f->weight;
-	fq->w2sum -= (u64)f->weight * f->weight;
-	fq->nr--;
-}
-
-/*
- * A backlogged flow's weight changes (a cgroup's io.prism.weight was
- * written): the sums follow at once; its place in the queue stays.
- */
-static inline void prism_fq_reweight(struct prism_fq *fq,
-				     struct prism_fq_flow *f, u32 weight)
-{
-	weight = weight ? weight : 1;
-	if (f->backlogged) {
-		fq->wsum += weight - f->weight;
-		fq->w2sum += (u64)weight * weight;
-		fq->w2sum -= (u64)f->weight * f->weight;
-	}
-	f->weight = weight;
-}
-
-/*
- * Whether the backlogged flows weigh unequally. Exact, from two running
- * sums: n x sum(w^2) = (sum w)^2 only when every w is the same
- * (Cauchy-Schwarz), so three flows at 80, 60 and 40 are told apart from
- * three at 60, which a test against the mean would not.
- */
-static inline bool prism_fq_asymmetric(const struct prism_fq *fq)
-{
-	return (u64)fq->nr * fq->w2sum != (u64)fq->wsum * fq->wsum;
-}
-
-/*
- * Charge @cost of device time to a flow: its start moves by cost over its
- * weight, the tier's virtual time by cost over the weights of all
- * backlogged flows (the fluid system's progress); its next turn is
- * expected to cost as much as this request.
- */
-static inline void prism_fq_charge(struct prism_fq *fq,
-				   struct prism_fq_flow *f, u64 cost)
-{
-	u64 delta = prism_vt_delta(cost, f->weight);
-
-	f->start += delta;
-	f->est = cost;
-	/* Alone (or all its weight): the same delta, without a division. */
-	fq->vtime += !fq->wsum || fq->wsum == f->weight ?
-		     delta : prism_vt_delta(cost, fq->wsum);
-}
-
-void prism_fq_charge_idle(struct prism_fq *fq, struct prism_fq_flow *f,
-			  u64 ns);
-bool prism_fq_reclaimable(const struct prism_fq *fq,
-			  const struct prism_fq_flow *f);
-
-/*
- * Choosing a flow: the mechanism walks the tier's backlogged flows
- * through prism_fq_pick_consider() and calls prism_fq_pick_done(), which
- * returns the chosen one's id. One pass; when no flow is eligible the
- * tier's virtual time moves up to the earliest start (WF2Q+'s
- * V = max(V, min S)), and of the flows starting there the one finishing
- * first goes.
- */
-struct prism_fq_pick {
-	int best;		/* eligible flow finishing first, -1: none */
-	u64 best_finish;
-	u64 best_start;
-	int low;		/* flow with the earliest start */
-	u64 low_start;
-	u64 low_finish;
-};
-
-void prism_fq_pick_init(struct prism_fq_pick *p);
-void prism_fq_pick_consider(struct prism_fq_pick *p, const struct prism_fq *fq,
-			    const struct prism_fq_flow *f, int id);
-int prism_fq_pick_done(struct prism_fq_pick *p, struct prism_fq *fq);
 
 /*
  * Per-flow tag limit (seed 001's CPQ, made progressive and never zero):

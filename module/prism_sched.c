@@ -188,6 +188,30 @@ static void prism_flow_arrival(struct prism_data *pd, struct prism_flow *fl)
 }
 
 /*
+ * A sync request of @fl arrives while the flow has nothing queued: a flow
+ * that is new, or back after PRISM_RAISE_IDLE_MS without a request,
+ * starts, and is raised (prism_wf2q.h) unless it starts in a burst or
+ * idling is off: a raised flow that issues one request at a time keeps
+ * its weight only through the idle window, so slice_idle 0 means no
+ * raising either. As in bfq, only sync I/O starts a raise; the raised
+ * weight takes effect as the flow becomes backlogged.
+ */
+static void prism_flow_start(struct prism_data *pd,
+			     const struct prism_tunables *t,
+			     struct prism_flow *fl, unsigned long now)
+{
+	if (fl->inserted &&
+	    time_before(now, fl->last_used +
+			msecs_to_jiffies(PRISM_RAISE_IDLE_MS)))
+		return;
+	pd->flow_starts++;
+	if (prism_burst_start(&pd->burst, now, HZ) && t->slice_idle) {
+		prism_raise_begin(&fl->raise, now, HZ);
+		pd->flows_raised++;
+	}
+}
+
+/*
  * First entry of a request into prism: classify it, find its cgroup's
  * group (if its bio is a cgroup's other than the root: see
  * prism_tier_in_cgroup() for the tier there) and its flow, feed the
@@ -257,6 +281,8 @@ static unsigned long prism_first_insert(struct prism_data *pd,
 		st |= PRISM_RQ_SEQ;
 	if (fl->rt != (IOPRIO_PRIO_CLASS(ioprio) == IOPRIO_CLASS_RT))
 		WRITE_ONCE(fl->rt, !fl->rt);
+	if (fl->id && !fl->fq.backlogged && op_is_sync(rq->cmd_flags))
+		prism_flow_start(pd, t, fl, jiffies);
 	fl->last_used = jiffies;
 	if (pd->flow_window)
 		prism_flow_arrival(pd, fl);

@@ -1737,3 +1737,97 @@ TEST(fq_asymmetry_is_exact)
 	CHECK_EQ(fq.wsum, 0);
 	CHECK_EQ(fq.w2sum, 0);
 }
+
+/* A raise ends once the flow has been served its sectors, or with time. */
+TEST(raise_ends_after_its_sectors_or_its_time)
+{
+	struct prism_raise r = { 0 };
+	unsigned long now = 1000;
+	unsigned long end = now + PRISM_RAISE_MS * HZ / 1000;
+
+	CHECK(!prism_raise_on(&r, now));
+	CHECK(!prism_raise_served(&r, 8, now));
+	prism_raise_begin(&r, now, HZ);
+	CHECK(prism_raise_on(&r, now));
+	CHECK(!prism_raise_served(&r, PRISM_RAISE_SECTORS - 1, now));
+	CHECK(prism_raise_on(&r, now));
+	CHECK(prism_raise_served(&r, 1, now));
+	CHECK(!prism_raise_on(&r, now));
+
+	prism_raise_begin(&r, now, HZ);
+	CHECK(!prism_raise_served(&r, 8, end - 1));
+	CHECK(prism_raise_served(&r, 8, end));
+	CHECK(!prism_raise_on(&r, end));
+
+	/* Time ends it at the next look too, across jiffies' wrap. */
+	now = (unsigned long)-5;
+	prism_raise_begin(&r, now, HZ);
+	CHECK(prism_raise_on(&r, now + 10));
+	CHECK(!prism_raise_on(&r, now + PRISM_RAISE_MS * HZ / 1000));
+}
+
+/*
+ * Flow starts each within PRISM_BURST_MS of the one before make a burst:
+ * from its PRISM_BURST_MIN-th start on, none is raised, until a start
+ * comes after a longer gap.
+ */
+TEST(burst_of_flow_starts_is_not_raised)
+{
+	unsigned long gap = PRISM_BURST_MS * HZ / 1000, now = 5000;
+	struct prism_burst b = { 0 };
+	int i;
+
+	for (i = 1; i < PRISM_BURST_MIN; i++, now += gap)
+		CHECK(prism_burst_start(&b, now, HZ));
+	for (i = 0; i < 100; i++, now += gap)
+		CHECK(!prism_burst_start(&b, now, HZ));
+	CHECK(b.n == PRISM_BURST_MIN);
+	CHECK(prism_burst_start(&b, now + 1, HZ));
+	CHECK(b.n == 1);
+	/* Starts spread wider than the gap never make one. */
+	for (i = 0; i < 100; i++) {
+		now += gap + 1;
+		CHECK(prism_burst_start(&b, now, HZ));
+	}
+}
+
+/*
+ * bfq's comm_startup_lat in the fair queue: a flow issuing 256 dependent
+ * small reads, one at a time and back at once (idling covers the gap),
+ * beside three greedy flows of the same weight. Unraised it gets its
+ * quarter of the device time, so it takes about four times its own;
+ * raised, about its own.
+ */
+static u64 startup_time(bool raised)
+{
+	static const u32 w[4] = { 100, 100, 100, 100 };
+	const u64 small = 8000000, large = 10000000;
+	u32 weight = raised ? 100 * PRISM_RAISE_COEFF : 100;
+	struct sim s;
+	u64 time = 0;
+	int done = 0;
+
+	sim_init(&s, 4, w);
+	prism_fq_deactivate(&s.fq, &s.f[3]);
+	prism_fq_activate(&s.fq, &s.f[3], weight);
+	while (done < 256) {
+		int id = sim_pick(&s);
+
+		prism_fq_charge(&s.fq, &s.f[id], id == 3 ? small : large);
+		time += id == 3 ? small : large;
+		if (id == 3) {
+			done++;
+			prism_fq_deactivate(&s.fq, &s.f[3]);
+			prism_fq_return(&s.fq, &s.f[3], weight);
+		}
+	}
+	return time;
+}
+
+TEST(raised_flow_starts_up_beside_greedy_ones)
+{
+	u64 alone = 256 * 8000000ULL;
+
+	CHECK(startup_time(false) >= 3 * alone);
+	CHECK(startup_time(true) <= alone + alone / 4);
+}

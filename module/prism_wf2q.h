@@ -1,0 +1,242 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * prism's fair queuing inside a tier (WF2Q+ in estimated device time) and
+ * weight raising: which flow of a tier goes next, and how much each
+ * weighs. Pure policy like the rest of prism_policy.h, which includes
+ * this file after the types and time helpers it uses; the mechanism
+ * (prism_flow.c) keeps the flows on their lists.
+ */
+#ifndef _PRISM_WF2Q_H
+#define _PRISM_WF2Q_H
+
+/*
+ * Fair queuing inside a tier. Virtual times are service divided by
+ * weight, in ns x PRISM_VT_SCALE / weight units; they wrap, and are
+ * compared with prism_vt_before().
+ */
+#define PRISM_VT_SCALE		PRISM_FQ_WEIGHT_MAX
+
+struct prism_fq {
+	u64 vtime;		/* the tier's virtual time V */
+	u32 wsum;		/* weights of its backlogged flows */
+	u32 nr;			/* backlogged flows */
+	u64 w2sum;		/* their weights' squares (prism_fq_asymmetric()) */
+};
+
+struct prism_fq_flow {
+	u64 start;		/* virtual time its next turn starts at (S) */
+	u64 est;		/* cost estimate of its next turn, ns */
+	u32 weight;
+	bool backlogged;
+};
+
+static inline bool prism_vt_before(u64 a, u64 b)
+{
+	return (s64)(a - b) < 0;
+}
+
+static inline u64 prism_vt_delta(u64 cost, u32 weight)
+{
+	return cost * PRISM_VT_SCALE / (weight ? weight : 1);
+}
+
+/* Its virtual finish time: when its next turn would end. */
+static inline u64 prism_fq_finish(const struct prism_fq_flow *f)
+{
+	return f->start + prism_vt_delta(f->est, f->weight);
+}
+
+/*
+ * A flow comes back while it was expected (prism_flow_expected(): a
+ * request of it still in the device, or within the window after its
+ * last completion): it keeps its start, what it is owed as much as any
+ * debt, as if it had stayed backlogged through the gap. A stream issuing
+ * one request at a time is never backlogged when the device frees, and
+ * were it restarted at the tier's virtual time at each return, it would
+ * forfeit its weight: flows of every weight would be served alike.
+ */
+static inline void prism_fq_return(struct prism_fq *fq,
+				   struct prism_fq_flow *f, u32 weight)
+{
+	if (f->backlogged)
+		return;
+	f->weight = weight ? weight : 1;
+	f->backlogged = true;
+	fq->wsum += f->weight;
+	fq->w2sum += (u64)f->weight * f->weight;
+	fq->nr++;
+}
+
+/*
+ * A flow becomes backlogged: it starts where it left off, or at the
+ * tier's virtual time if that is later, so an idle flow banks nothing
+ * and a flow that used more than its share keeps its debt.
+ */
+static inline void prism_fq_activate(struct prism_fq *fq,
+				     struct prism_fq_flow *f, u32 weight)
+{
+	if (f->backlogged)
+		return;
+	if (!fq->nr || prism_vt_before(f->start, fq->vtime))
+		f->start = fq->vtime;
+	prism_fq_return(fq, f, weight);
+}
+
+static inline void prism_fq_deactivate(struct prism_fq *fq,
+				       struct prism_fq_flow *f)
+{
+	if (!f->backlogged)
+		return;
+	f->backlogged = false;
+	fq->wsum -= f->weight;
+	fq->w2sum -= (u64)f->weight * f->weight;
+	fq->nr--;
+}
+
+/*
+ * A backlogged flow's weight changes (a cgroup's io.prism.weight was
+ * written): the sums follow at once; its place in the queue stays.
+ */
+static inline void prism_fq_reweight(struct prism_fq *fq,
+				     struct prism_fq_flow *f, u32 weight)
+{
+	weight = weight ? weight : 1;
+	if (f->backlogged) {
+		fq->wsum += weight - f->weight;
+		fq->w2sum += (u64)weight * weight;
+		fq->w2sum -= (u64)f->weight * f->weight;
+	}
+	f->weight = weight;
+}
+
+/*
+ * Whether the backlogged flows weigh unequally. Exact, from two running
+ * sums: n x sum(w^2) = (sum w)^2 only when every w is the same
+ * (Cauchy-Schwarz), so three flows at 80, 60 and 40 are told apart from
+ * three at 60, which a test against the mean would not.
+ */
+static inline bool prism_fq_asymmetric(const struct prism_fq *fq)
+{
+	return (u64)fq->nr * fq->w2sum != (u64)fq->wsum * fq->wsum;
+}
+
+/*
+ * Charge @cost of device time to a flow: its start moves by cost over its
+ * weight, the tier's virtual time by cost over the weights of all
+ * backlogged flows (the fluid system's progress); its next turn is
+ * expected to cost as much as this request.
+ */
+static inline void prism_fq_charge(struct prism_fq *fq,
+				   struct prism_fq_flow *f, u64 cost)
+{
+	u64 delta = prism_vt_delta(cost, f->weight);
+
+	f->start += delta;
+	f->est = cost;
+	/* Alone (or all its weight): the same delta, without a division. */
+	fq->vtime += !fq->wsum || fq->wsum == f->weight ?
+		     delta : prism_vt_delta(cost, fq->wsum);
+}
+
+/*
+ * Weight raising (bfq's low_latency): a flow that starts, or comes back
+ * after PRISM_RAISE_IDLE_MS without a request, weighs PRISM_RAISE_COEFF
+ * times its weight until it has been served PRISM_RAISE_SECTORS or
+ * PRISM_RAISE_MS has passed. An application starting beside greedy
+ * flows of its tier (a chain of small dependent reads) then gets each
+ * read through at once rather than after a 1/N share of the disk; a
+ * flow that turns out greedy loses the raise after a few seconds. Flows
+ * that start in a burst (PRISM_BURST_MIN or more, each within
+ * PRISM_BURST_MS of the one before: a make -j, a fio with many jobs) are
+ * throughput work and are not raised, as in bfq's large-burst rule.
+ * bfq's constants: coefficient 30, 2 s of idleness, 180 ms and 8 for a
+ * burst; the duration is bfq's order of magnitude (it scales it by the
+ * device's rate).
+ */
+#define PRISM_RAISE_COEFF	30
+#define PRISM_RAISE_MS		4000
+#define PRISM_RAISE_IDLE_MS	2000
+#define PRISM_RAISE_SECTORS	120000
+#define PRISM_BURST_MS		180
+#define PRISM_BURST_MIN		8
+
+struct prism_raise {
+	unsigned long until;	/* jiffies at which the raise ends */
+	u32 left;		/* sectors it may still be served; 0: not raised */
+};
+
+struct prism_burst {
+	unsigned long last;	/* jiffies of the last flow start */
+	u32 n;			/* starts in the burst so far, saturating */
+};
+
+/* A flow starts at @now (@hz a second): whether it may be raised. */
+static inline bool prism_burst_start(struct prism_burst *b, unsigned long now,
+				     unsigned int hz)
+{
+	unsigned long gap = (unsigned long)PRISM_BURST_MS * hz / 1000;
+
+	if (b->n && !prism_time_after_eq(now, b->last + gap + 1))
+		b->n += b->n < PRISM_BURST_MIN;
+	else
+		b->n = 1;
+	b->last = now;
+	return b->n < PRISM_BURST_MIN;
+}
+
+static inline void prism_raise_begin(struct prism_raise *r, unsigned long now,
+				     unsigned int hz)
+{
+	r->until = now + (unsigned long)PRISM_RAISE_MS * hz / 1000;
+	r->left = PRISM_RAISE_SECTORS;
+}
+
+/* Whether the flow is raised at @now; a raise that ran out ends. */
+static inline bool prism_raise_on(struct prism_raise *r, unsigned long now)
+{
+	if (r->left && prism_time_after_eq(now, r->until))
+		r->left = 0;
+	return r->left;
+}
+
+/*
+ * @sectors were served to a raised flow at @now: whether its raise ended
+ * with them.
+ */
+static inline bool prism_raise_served(struct prism_raise *r, u32 sectors,
+				      unsigned long now)
+{
+	if (!r->left)
+		return false;
+	r->left = sectors < r->left ? r->left - sectors : 0;
+	return !prism_raise_on(r, now);
+}
+
+void prism_fq_charge_idle(struct prism_fq *fq, struct prism_fq_flow *f,
+			  u64 ns);
+bool prism_fq_reclaimable(const struct prism_fq *fq,
+			  const struct prism_fq_flow *f);
+
+/*
+ * Choosing a flow: the mechanism walks the tier's backlogged flows
+ * through prism_fq_pick_consider() and calls prism_fq_pick_done(), which
+ * returns the chosen one's id. One pass; when no flow is eligible the
+ * tier's virtual time moves up to the earliest start (WF2Q+'s
+ * V = max(V, min S)), and of the flows starting there the one finishing
+ * first goes.
+ */
+struct prism_fq_pick {
+	int best;		/* eligible flow finishing first, -1: none */
+	u64 best_finish;
+	u64 best_start;
+	int low;		/* flow with the earliest start */
+	u64 low_start;
+	u64 low_finish;
+};
+
+void prism_fq_pick_init(struct prism_fq_pick *p);
+void prism_fq_pick_consider(struct prism_fq_pick *p, const struct prism_fq *fq,
+			    const struct prism_fq_flow *f, int id);
+int prism_fq_pick_done(struct prism_fq_pick *p, struct prism_fq *fq);
+
+#endif /* _PRISM_WF2Q_H */
