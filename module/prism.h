@@ -558,6 +558,7 @@ struct prism_group *prism_group_get(struct prism_data *pd, u64 id,
 				    enum prism_tier tier, u32 weight);
 void prism_flow_charge(struct prism_data *pd, struct prism_flow *fl,
 		       u64 cost);
+void prism_flow_unraise(struct prism_data *pd, struct prism_flow *fl);
 void prism_flow_deactivate(struct prism_data *pd, struct prism_flow *fl);
 void prism_flow_queue(struct prism_data *pd, struct request *rq);
 void prism_lane_spill(struct prism_data *pd);

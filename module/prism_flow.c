@@ -214,6 +214,20 @@ static void prism_flow_activate(struct prism_data *pd, struct prism_flow *fl,
 	list_add_tail(&fl->active, &tq->active);
 }
 
+/*
+ * The raise of @fl ends before its time (its burst grew large): while
+ * backlogged it weighs its own weight again at once.
+ */
+void prism_flow_unraise(struct prism_data *pd, struct prism_flow *fl)
+{
+	if (!fl->raise.left)
+		return;
+	fl->raise.left = 0;
+	if (fl->fq.backlogged)
+		prism_fq_reweight(prism_flow_fq(pd, fl), &fl->fq,
+				  fl->fq.weight / PRISM_RAISE_COEFF);
+}
+
 /* A flow with nothing queued leaves its fair queue, and so may its group. */
 void prism_flow_deactivate(struct prism_data *pd, struct prism_flow *fl)
 {

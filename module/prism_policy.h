@@ -27,6 +27,7 @@
 #include <stdint.h>
 #include <string.h>
 typedef uint8_t u8;
+typedef uint16_t u16;
 typedef uint32_t u32;
 typedef int64_t s64;
 typedef uint64_t u64;

@@ -194,20 +194,31 @@ static void prism_flow_arrival(struct prism_data *pd, struct prism_flow *fl)
  * idling is off: a raised flow that issues one request at a time keeps
  * its weight only through the idle window, so slice_idle 0 means no
  * raising either. As in bfq, only sync I/O starts a raise; the raised
- * weight takes effect as the flow becomes backlogged.
+ * weight takes effect as the flow becomes backlogged. A burst that grows
+ * large ends the raise of the flows that started it.
  */
 static void prism_flow_start(struct prism_data *pd,
 			     const struct prism_tunables *t,
 			     struct prism_flow *fl, unsigned long now)
 {
+	int i;
+
 	if (fl->inserted &&
 	    time_before(now, fl->last_used +
 			msecs_to_jiffies(PRISM_RAISE_IDLE_MS)))
 		return;
 	pd->flow_starts++;
-	if (prism_burst_start(&pd->burst, now, HZ) && t->slice_idle) {
-		prism_raise_begin(&fl->raise, now, HZ);
-		pd->flows_raised++;
+	switch (prism_burst_start(&pd->burst, now, HZ, prism_flow_slot(pd, fl))) {
+	case 1:
+		if (t->slice_idle) {
+			prism_raise_begin(&fl->raise, now, HZ);
+			pd->flows_raised++;
+		}
+		break;
+	case -1:
+		for (i = 0; i < PRISM_BURST_MIN - 1; i++)
+			prism_flow_unraise(pd, &pd->flows[pd->burst.member[i]]);
+		break;
 	}
 }
 

@@ -168,20 +168,31 @@ struct prism_raise {
 struct prism_burst {
 	unsigned long last;	/* jiffies of the last flow start */
 	u32 n;			/* starts in the burst so far, saturating */
+	u16 member[PRISM_BURST_MIN - 1];	/* the first starts' flows */
 };
 
-/* A flow starts at @now (@hz a second): whether it may be raised. */
-static inline bool prism_burst_start(struct prism_burst *b, unsigned long now,
-				     unsigned int hz)
+/*
+ * Flow @id starts at @now (@hz a second): 1 if it may be raised, 0 if
+ * not, -1 if not and the burst it is in just grew large, so the flows
+ * that started it (member[], raised as they came) lose their raise too,
+ * as bfq ends the raising of a large burst's queues.
+ */
+static inline int prism_burst_start(struct prism_burst *b, unsigned long now,
+				    unsigned int hz, u16 id)
 {
 	unsigned long gap = (unsigned long)PRISM_BURST_MS * hz / 1000;
+	u32 was = b->n;
 
 	if (b->n && !prism_time_after_eq(now, b->last + gap + 1))
 		b->n += b->n < PRISM_BURST_MIN;
 	else
 		b->n = 1;
 	b->last = now;
-	return b->n < PRISM_BURST_MIN;
+	if (b->n < PRISM_BURST_MIN) {
+		b->member[b->n - 1] = id;
+		return 1;
+	}
+	return b->n > was ? -1 : 0;
 }
 
 static inline void prism_raise_begin(struct prism_raise *r, unsigned long now,

@@ -1768,8 +1768,10 @@ TEST(raise_ends_after_its_sectors_or_its_time)
 
 /*
  * Flow starts each within PRISM_BURST_MS of the one before make a burst:
- * from its PRISM_BURST_MIN-th start on, none is raised, until a start
- * comes after a longer gap.
+ * the first PRISM_BURST_MIN - 1 are raised and remembered; the start that
+ * makes the burst large is not, and says so once (-1), so that the
+ * mechanism ends the others' raises; later ones are not raised, until a
+ * start comes after a longer gap.
  */
 TEST(burst_of_flow_starts_is_not_raised)
 {
@@ -1778,16 +1780,23 @@ TEST(burst_of_flow_starts_is_not_raised)
 	int i;
 
 	for (i = 1; i < PRISM_BURST_MIN; i++, now += gap)
-		CHECK(prism_burst_start(&b, now, HZ));
-	for (i = 0; i < 100; i++, now += gap)
-		CHECK(!prism_burst_start(&b, now, HZ));
+		CHECK_EQ(prism_burst_start(&b, now, HZ, 100 + i), 1);
+	for (i = 0; i < PRISM_BURST_MIN - 1; i++)
+		CHECK_EQ(b.member[i], 101 + i);
+	CHECK_EQ(prism_burst_start(&b, now, HZ, 7), -1);
+	for (i = 0; i < 100; i++) {
+		now += gap;
+		CHECK_EQ(prism_burst_start(&b, now, HZ, 7), 0);
+	}
 	CHECK(b.n == PRISM_BURST_MIN);
-	CHECK(prism_burst_start(&b, now + 1, HZ));
+	CHECK_EQ(prism_burst_start(&b, now + gap + 1, HZ, 9), 1);
 	CHECK(b.n == 1);
+	CHECK_EQ(b.member[0], 9);
 	/* Starts spread wider than the gap never make one. */
+	now += gap + 1;
 	for (i = 0; i < 100; i++) {
 		now += gap + 1;
-		CHECK(prism_burst_start(&b, now, HZ));
+		CHECK_EQ(prism_burst_start(&b, now, HZ, i), 1);
 	}
 }
 
