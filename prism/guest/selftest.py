@@ -598,6 +598,17 @@ def be_weight(level: int) -> int:
     return (8 - level) * 25
 
 
+# A raised flow's weight is PRISM_RAISE_COEFF times its own, which is at
+# most PRISM_WEIGHT_MAX (prism_wf2q.h, prism_policy.h).
+RAISE_COEFF = 30
+WEIGHT_MAX = 400
+
+
+def own_weight(weight: int) -> int:
+    """A flow's weight as debugfs shows it, without its raise."""
+    return weight // RAISE_COEFF if weight > WEIGHT_MAX else weight
+
+
 def check_flow_shares(ctx) -> dict:
     """Eight readers at BE 0..7 in one tier (be_tiers=1)
     share the metered NVMe disk (400 IOPS: the disk, not TCG, is the
@@ -626,7 +637,8 @@ def check_flow_shares(ctx) -> dict:
     by_weight: dict[int, int] = {}
     for f in flows:
         if f["pid"] and f["dispatched"]:
-            by_weight[f["weight"]] = by_weight.get(f["weight"], 0) + f["cost_us"]
+            w = own_weight(f["weight"])
+            by_weight[w] = by_weight.get(w, 0) + f["cost_us"]
     weights = [be_weight(level) for level in range(8)]
     total = sum(by_weight.get(w, 0) for w in weights)
     shares = {w: by_weight.get(w, 0) / max(total, 1) for w in weights}
@@ -640,31 +652,48 @@ FLOW_IDLE_LEVELS = (0, 4, 7)          # weights 200, 100, 25
 FLOW_IDLE_AUTO = -1
 
 
+def flows_sample(dev: str, t0: float) -> list[tuple[float, list[dict]]]:
+    """(seconds since @t0, prism's flows) now, or nothing while the file
+    is away."""
+    try:
+        return [(time.monotonic() - t0, g.prism_flows(dev))]
+    except (OSError, KeyError, ValueError):
+        return []
+
+
 def flow_idle_run(dev: str, flow_idle_us: int) -> dict:
     """Three sequential 128 KiB readers at BE 0, 4 and 7 in one tier on
-    the HDD, iodepth 2, for 6 s: each flow's part of the cost prism
-    served (from its own flows) and the bytes read in all."""
+    the HDD, iodepth 2, for 9 s: each flow's part of the cost prism
+    served (from its own flows) from 4.5 s on, and the bytes read in all.
+    Before that the readers start raised (weight raising, 30x each, so in
+    their ratio) and lose their raises one by one as each is served its
+    sectors, the heaviest first: shares hold once every raise is over."""
     g.set_scheduler(dev, "none")
     g.set_scheduler(dev, "prism", {"be_tiers": 1, "slice_idle_us": flow_idle_us})
     # As prism's udev rules set it: at the kernel's default of 2 the other
     # flows' queued requests hold every tag, and no flow is waited for.
     g.write_queue(dev, "nr_requests", 64)
-    args = ["--direct=1", "--ioengine=libaio", "--runtime=6", "--time_based=1",
+    args = ["--direct=1", "--ioengine=libaio", "--runtime=9", "--time_based=1",
             "--exitall", "--group_reporting=0", f"--filename=/dev/{dev}"]
     for i, level in enumerate(FLOW_IDLE_LEVELS):
         args += [f"--name=be{level}", "--rw=read", "--bs=128k", "--iodepth=2",
                  "--prioclass=2", f"--prio={level}", f"--offset={1 + 10 * i}G",
                  "--size=8G"]
-    out = g.fio(args=args, timeout=300)
+    t0 = time.monotonic()
+    with repeating(0.5, lambda tick: flows_sample(dev, t0)) as samples:
+        out = g.fio(args=args, timeout=300)
     flows = g.prism_flows(dev)
     flight = g.prism_flight(dev)
     books = conservation(dev)
-    cost = {f["weight"]: f["cost_us"] for f in flows if f["pid"] and f["dispatched"]}
+    start: list[dict] = next((fl for t, fl in samples if t >= 4.5), [])
+    before = {f["pid"]: f["cost_us"] for f in start}
+    cost = {own_weight(f["weight"]): f["cost_us"] - before.get(f["pid"], 0)
+            for f in flows if f["pid"] and f["dispatched"]}
     weights = [be_weight(level) for level in FLOW_IDLE_LEVELS]
     total = sum(cost.get(w, 0) for w in weights)
     deviation = {w: cost.get(w, 0) / max(total, 1) / (w / sum(weights)) - 1 for w in weights}
     return {"flow_idle_us": flow_idle_us, "deviation": deviation,
-            "worst": max(abs(d) for d in deviation.values()),
+            "worst": max(abs(d) for d in deviation.values()) if start else 1.0,
             "mib_read": sum(job(out, f"be{level}")["kib"] for level in FLOW_IDLE_LEVELS)
             / 1024,
             "held_flow": flight.get("held_flow"), "flow_window_us": flight.get("flow_window_us"),
@@ -751,11 +780,12 @@ def check_flow_idle_queueing(ctx) -> dict:
     return {"ok": ok, "runs": runs}
 
 
-def flow_window_sample(dev: str) -> list[int]:
-    """debugfs flight's flow_window_us now, or nothing while the file is
-    away (a scheduler switch)."""
+def flight_sample(dev: str, t0: float) -> list[tuple[float, int, int]]:
+    """(seconds since @t0, held_flow, flow_window_us) from debugfs flight
+    now, or nothing while the file is away (a scheduler switch)."""
     try:
-        return [g.prism_flight(dev)["flow_window_us"]]
+        f = g.prism_flight(dev)
+        return [(time.monotonic() - t0, f["held_flow"], f["flow_window_us"])]
     except (OSError, KeyError, ValueError):
         return []
 
@@ -763,33 +793,45 @@ def flow_window_sample(dev: str) -> list[int]:
 def check_flow_idle_flash(ctx) -> dict:
     """Idling for flows on flash only while weights differ (a null_blk
     taking 32 commands of 4 ms, not rotational): two processes reading at
-    iodepth 1 in one tier (every BE level in NORMAL), 4 s each way. At
-    one weight (BE 4 and 4) prism never waits for either (no hold for a
-    flow, the window shown as 0); at BE 0 and 7 it waits for the heavier
-    one's next request, up to bfq's slice_idle (8 ms), which gets at least
-    4x the other's I/Os (weights 8 to 1, but the time it is waited for is
-    charged to it: with think times of 0.2-0.8 ms under emulation on 4 ms
-    requests, 5.2-10.6 measured over 11 runs in two boots), against
-    about equal I/Os with slice_idle_us=0 (each has its one request in the
-    device at a time, which serves them in parallel). Books balance."""
+    iodepth 1 in one tier (every BE level in NORMAL). At one weight (BE 4
+    and 4) prism never waits for either once their start is over (no hold
+    for a flow, the window shown as 0, from 7.5 s on: both start raised
+    when fio has started them, their raises end 4 s later, not quite
+    together, and weights that differed are remembered for a second); at
+    BE 0 and 7 (4 s) it waits
+    for the heavier one's next request, up to bfq's slice_idle (8 ms),
+    which gets at least 4x the other's I/Os (weights 8 to 1, but the time
+    it is waited for is charged to it: with think times of 0.2-0.8 ms
+    under emulation on 4 ms requests, 5.2-10.6 measured over 11 runs in
+    two boots), against about equal I/Os with slice_idle_us=0 (each has
+    its one request in the device at a time, which serves them in
+    parallel). Books balance."""
     runs = {}
     with g.temporary_nullb("flash", depth=32, completion_us=4000, size_mb=2048,
                            memory_backed=False) as dev:
-        for name, levels, idle in (("equal", (4, 4), -1), ("weighted", (0, 7), -1),
-                                   ("weighted_no_idle", (0, 7), 0)):
+        for name, levels, idle, runtime in (("equal", (4, 4), -1, 10),
+                                            ("weighted", (0, 7), -1, 4),
+                                            ("weighted_no_idle", (0, 7), 0, 4)):
             # The window as the readers run: it lapses a second after
             # weights were last seen to differ, and fio may take longer
             # than that to exit under TCG (seen 2026-12-03).
-            with repeating(0.5, lambda tick: flow_window_sample(dev)) as windows:
+            t0 = time.monotonic()
+            with repeating(0.5, lambda tick, t0=t0: flight_sample(dev, t0)) as samples:
                 ios, flight, balanced = run_two_readers(
                     dev, {"be_tiers": 1, "slice_idle_us": idle}, levels,
-                    ["--rw=randread", "--bs=4k", "--iodepth=1", "--randrepeat=0"], 4)
+                    ["--rw=randread", "--bs=4k", "--iodepth=1", "--randrepeat=0"],
+                    runtime)
+            late = [x for x in samples if x[0] >= 7.5]
             runs[name] = {"ios": ios, "ratio": round(ios[0] / max(ios[1], 1), 2),
                           "held_flow": flight["held_flow"],
-                          "flow_window_us": max(windows + [flight["flow_window_us"]]),
+                          "flow_window_us": max([x[2] for x in samples]
+                                                + [flight["flow_window_us"]]),
+                          "held_flow_late": (late[-1][1] - late[0][1]) if late else None,
+                          "flow_window_us_late": max((x[2] for x in late), default=None),
                           "balanced": balanced}
         g.set_scheduler(dev, "none")
-    ok = (runs["equal"]["held_flow"] == 0 and runs["equal"]["flow_window_us"] == 0
+    eq = runs["equal"]
+    ok = (eq["held_flow_late"] == 0 and eq["flow_window_us_late"] == 0
           and runs["weighted"]["held_flow"] > 0 and runs["weighted"]["ratio"] >= 4
           and runs["weighted"]["flow_window_us"] >= 8000
           and runs["weighted_no_idle"]["ratio"] <= 1.5
@@ -917,6 +959,84 @@ def check_flows_greedy(ctx) -> dict:
             "light_min_over_even_fifth": min(p["light"]) / (total / 5),
             "light_min_prism_over_none": ratio,
             "greedy_throttled": greedy_flow["throttled"], "runs": runs}
+
+
+def raise_counts(dev: str) -> dict:
+    """debugfs flows' flow_starts= and raised= counts."""
+    g.mount_debugfs()
+    text = (g.DEBUGFS / "block" / dev / "sched" / "flows").read_text()
+    return {k: int(v) for k, v in (line.split("=", 1) for line in text.splitlines()
+                                   if line.startswith(("flow_starts=", "raised=")))}
+
+
+def raise_run(dev: str, tunables: dict | None) -> dict:
+    """Three greedy random readers (iodepth 8) for 5 s, then a start-up:
+    100 dependent 4 KiB reads (psync), on a fresh prism with @tunables;
+    all stop when it is done. Its mean latency and prism's raise counts."""
+    g.set_scheduler(dev, "none")
+    g.set_scheduler(dev, "prism", tunables)
+    g.write_queue(dev, "nr_requests", SCHED_TAGS)
+    before = raise_counts(dev)
+    args = ["--direct=1", "--exitall", "--group_reporting=0", f"--filename=/dev/{dev}",
+            "--rw=randread", "--bs=4k", "--randrepeat=0", "--size=64M"]
+    for i in range(3):
+        args += [f"--name=greedy{i}", "--ioengine=libaio", "--iodepth=8",
+                 "--time_based=1", "--runtime=30", f"--offset={i * 64}M"]
+    args += ["--name=startup", "--ioengine=psync", "--iodepth=1", "--startdelay=5",
+             "--number_ios=100", "--offset=192M"]
+    rep = g.fio(args=args, timeout=300)
+    after = raise_counts(dev)
+    return {"tunables": tunables, "startup_lat_us": job(rep, "startup")["lat_mean_us"],
+            "raised": after["raised"] - before["raised"],
+            "starts": after["flow_starts"] - before["flow_starts"],
+            "balanced": conservation(dev)["balanced"]}
+
+
+def check_weight_raise(ctx) -> dict:
+    """Weight raising on null_blk (2 slots of 5 ms): a process that starts
+    100 dependent reads beside three greedy readers of its priority, the
+    readers' own raises over (5 s), is raised (debugfs raised=) and its
+    reads take under 0.6x their mean latency without raising
+    (slice_idle_us=0, which turns raising off with idling: then nothing
+    is raised), interleaved twice. Then eight readers starting together
+    are a burst: fewer than eight raised, and none keeps a raised weight
+    while they run (the burst's first seven lose it)."""
+    dev = ctx["nullb"]
+    runs = []
+    try:
+        for _ in range(2):
+            for tun in (None, {"slice_idle_us": 0}):
+                runs.append(raise_run(dev, tun))
+        g.set_scheduler(dev, "none")
+        g.set_scheduler(dev, "prism")
+        before = raise_counts(dev)
+        args = ["--direct=1", "--ioengine=libaio", "--iodepth=2", "--rw=randread",
+                "--bs=4k", "--randrepeat=0", "--size=16M", "--time_based=1",
+                "--runtime=3", "--group_reporting=0", f"--filename=/dev/{dev}"]
+        for i in range(8):
+            args += [f"--name=b{i}", f"--offset={i * 16}M"]
+        proc = subprocess.Popen(["fio", "--output-format=json", *args],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        time.sleep(2)
+        weights = [f["weight"] for f in g.prism_flows(dev) if f["queued"] or f["owned"]]
+        if wait_rc(proc, 120):
+            err = proc.stderr.read() if proc.stderr else ""
+            raise RuntimeError(f"fio failed: {err[-1500:]}")
+        after = raise_counts(dev)
+        burst = {"starts": after["flow_starts"] - before["flow_starts"],
+                 "raised": after["raised"] - before["raised"], "weights_at_2s": weights,
+                 "balanced": conservation(dev)["balanced"]}
+    finally:
+        g.set_scheduler(dev, "none")
+    on = [r for r in runs if r["tunables"] is None]
+    off = [r for r in runs if r["tunables"]]
+    ratio = max(r["startup_lat_us"] for r in on) / max(min(r["startup_lat_us"] for r in off), 1)
+    ok = (ratio < 0.6 and all(r["raised"] >= 1 for r in on)
+          and not any(r["raised"] for r in off)
+          and burst["starts"] >= 8 and burst["raised"] < 8
+          and bool(weights) and max(weights) <= 400
+          and all(r["balanced"] for r in runs) and burst["balanced"])
+    return {"ok": ok, "raised_over_unraised_latency": ratio, "runs": runs, "burst": burst}
 
 
 def check_depth_control_cloud(ctx) -> dict:
@@ -3076,6 +3196,7 @@ CHECKS = [
     ("priority_latency_nvme", lambda ctx: check_priority_latency(ctx, "nvme_slow")),
     ("flow_shares", check_flow_shares),
     ("flows_greedy", check_flows_greedy),
+    ("weight_raise", check_weight_raise),
     ("direct_lane", check_direct_lane),
     ("bulk_merge", check_bulk_merge),
     ("aging", check_aging),
@@ -3116,7 +3237,7 @@ CHECKS = [
 # arithmetic on prism's one timer, which hold_parks and freeze_capped
 # exercise on every kernel.
 SAME_ON_EVERY_KERNEL = ["drive_hdd", "cost_learn_hdd", "sync_chain_hdd", "priority_latency_nvme",
-                        "priority_latency", "share", "flows_greedy",
+                        "priority_latency", "share", "flows_greedy", "weight_raise",
                         "flow_shares", "flow_idle_hdd", "flow_idle_queueing",
                         "flow_idle_flash", "aging", "share_sweep", "rate_cap", "tags_short",
                         "anticipation_hdd", "direct_lane", "cgroup_shares"]
