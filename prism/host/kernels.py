@@ -140,7 +140,7 @@ class Kernel:
 # (`prism kernels update` rewrites these lines).
 KERNELS = {
     "6.1": Kernel("6.1", "6.1.0-57-amd64", "6.1.192-3"),
-    "6.12": Kernel("6.12", "6.12.117+deb12-amd64", "6.12.117-1~deb12u1"),
+    "6.12": Kernel("6.12", "6.12.118+deb12-amd64", "6.12.118-1~deb12u1"),
     "7.3": Kernel("7.3", "7.3.4+deb13-amd64", "7.3.4-1~bpo13+1", root="trixie"),
 }
 
@@ -151,9 +151,9 @@ KERNELS = {
 # gcc-14; the -cloud and -rt flavours of the tested 6.12 and 7.3 with
 # their release's compiler, from the same source as the tested kernel.
 BUILD_ONLY = {k.name: k for k in (
-    Kernel("6.12", "6.12.117+deb12-cloud-amd64", "6.12.117-1~deb12u1", root="bookworm",
+    Kernel("6.12", "6.12.118+deb12-cloud-amd64", "6.12.118-1~deb12u1", root="bookworm",
            name="6.12-cloud", build_only=True),
-    Kernel("6.12", "6.12.117+deb12-rt-amd64", "6.12.117-1~deb12u1", root="bookworm",
+    Kernel("6.12", "6.12.118+deb12-rt-amd64", "6.12.118-1~deb12u1", root="bookworm",
            name="6.12-rt", build_only=True),
     Kernel("6.12", "6.12.118+deb13-amd64", "6.12.118-1", root="trixie",
            name="6.12-deb13", build_only=True),
