@@ -257,11 +257,15 @@ def cmd_profile(args) -> int:
         raise UsageError("--ios must be at least 1000 and --jobs at least 1")
     if args.lines and "prism" not in scheds:
         raise UsageError("--lines breaks down prism's functions: add prism to --schedulers")
+    if TWIN_SCHEDULER in scheds:
+        twin.check_kernel(k)
     ko = build.build(k)
+    twin_ko = twin.build_twin(k) if TWIN_SCHEDULER in scheds else None
     rundir = vm.new_rundir()
     kernels.log(f"profiling {', '.join(scheds)} on {k.abi} (icount, one vCPU, "
                 f"{args.ios} reads per job); run dir {rundir}")
-    res = insnprof.run(k, ko, scheds, args.ios, args.jobs, rundir, args.timeout)
+    res = insnprof.run(k, ko, scheds, args.ios, args.jobs, rundir, args.timeout,
+                       twin_ko=twin_ko)
     clean = _report_log(res)
     if res.returncode:
         return res.returncode if res.returncode > 0 else 124
