@@ -500,7 +500,10 @@ def cmd_disk_params(args) -> int:
 def _vm_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kernel", default="6.12",
                    help="6.1, 6.12 (default), 7.3, a comma list or all; or "
-                        + ", ".join(kernels.DEBUG) + f" (built by {kernels.DEBUG_BUILDER})")
+                        + ", ".join(kernels.DEBUG) + f" (built by {kernels.DEBUG_BUILDER}); "
+                        "or a PREEMPT_RT flavour, "
+                        + ", ".join(k.name for k in kernels.build_only() if k.boots)
+                        + " (its image fetched at its first boot)")
     p.add_argument("--memory", default="2G", help="guest memory (default 2G)")
     p.add_argument("--cpus", type=int, default=2, help="guest CPUs (default 2)")
     p.add_argument("--accel", choices=("auto", "tcg", "kvm", "icount"), default="auto",

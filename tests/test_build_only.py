@@ -58,6 +58,27 @@ def test_a_build_only_kernel_is_never_booted(command, capsys, tmp_path):
     assert "build-only" in capsys.readouterr().err
 
 
+def test_the_rt_flavours_boot_for_stress_and_fetch_their_image_only_then(monkeypatch):
+    """PREEMPT_RT (issue 41): the -rt flavours may be booted (prism stress
+    --kernel 6.12-rt); building for them fetches no image, a boot does."""
+    rts = [k for k in kernels.build_only() if k.boots]
+    assert sorted(k.name for k in rts) == ["6.12-rt", "7.3-rt"]
+    assert [k.name for k in kernels.parse_booted("6.12-rt,7.3-rt")] == ["6.12-rt", "7.3-rt"]
+    fetched = []
+    monkeypatch.setattr(kernels, "ensure_build_only", lambda k: None)
+    monkeypatch.setattr(kernels, "fetch_image", lambda k: fetched.append(k.name))
+    monkeypatch.setattr(kernels, "image_ready", lambda k: False)
+    for k in rts:
+        kernels.install_packages(k)
+    assert fetched == []
+    for k in rts:
+        kernels.ensure_bootable(k)
+    assert fetched == ["6.12-rt", "7.3-rt"]
+    # A flavour that does not boot is never fetched.
+    kernels.ensure_bootable(kernels.build_only()[0])
+    assert fetched == ["6.12-rt", "7.3-rt"]
+
+
 def test_kernels_list_shows_both_sets(capsys):
     assert cli.main(["kernels", "list"]) == 0
     lines = capsys.readouterr().out.splitlines()

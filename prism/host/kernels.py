@@ -75,6 +75,12 @@ class Kernel:
     name: str = ""
     # In the build-only set: built, never booted (vm_tested is then False).
     build_only: bool = False
+    # A build-only kernel that a command may boot all the same (the -rt
+    # flavours, for `prism stress --kernel 6.12-rt`: PREEMPT_RT turns
+    # spinlocks into sleeping locks and timers soft): its image is fetched
+    # the first time it boots, never by the build-only set's fetch, so CI
+    # downloads no image it does not boot.
+    boots: bool = False
     # Built by prism from the source of the pin of the same version, with
     # the kernel's own checkers on (DEBUG; vm_tested is then False).
     debug: bool = False
@@ -154,7 +160,7 @@ BUILD_ONLY = {k.name: k for k in (
     Kernel("6.12", "6.12.118+deb12-cloud-amd64", "6.12.118-1~deb12u1", root="bookworm",
            name="6.12-cloud", build_only=True),
     Kernel("6.12", "6.12.118+deb12-rt-amd64", "6.12.118-1~deb12u1", root="bookworm",
-           name="6.12-rt", build_only=True),
+           name="6.12-rt", build_only=True, boots=True),
     Kernel("6.12", "6.12.118+deb13-amd64", "6.12.118-1", root="trixie",
            name="6.12-deb13", build_only=True),
     Kernel("7.2", "7.2.13+deb14-amd64", "7.2.13-1", root="sid",
@@ -162,7 +168,7 @@ BUILD_ONLY = {k.name: k for k in (
     Kernel("7.3", "7.3.4+deb13-cloud-amd64", "7.3.4-1~bpo13+1", root="trixie",
            name="7.3-cloud", build_only=True),
     Kernel("7.3", "7.3.4+deb13-rt-amd64", "7.3.4-1~bpo13+1", root="trixie",
-           name="7.3-rt", build_only=True),
+           name="7.3-rt", build_only=True, boots=True),
 )}
 
 
@@ -247,12 +253,21 @@ def parse_booted(arg: str) -> list[Kernel]:
     """parse() for a command that boots: a build-only kernel is refused
     before anything is built."""
     ks = parse(arg)
-    refused = [k.name for k in ks if k.build_only]
+    refused = [k.name for k in ks if k.build_only and not k.boots]
     if refused:
         raise UsageError(f"{', '.join(refused)}: in the build-only set (prism/host/kernels.py), "
                          "built but never booted (no image is fetched); boot one of "
-                         + ", ".join(k.name for k in _ordered(KERNELS)))
+                         + ", ".join(k.name for k in _ordered(KERNELS))
+                         + " (or " + ", ".join(k.name for k in build_only() if k.boots)
+                         + ", for prism stress)")
     return ks
+
+
+def ensure_bootable(k: Kernel) -> None:
+    """Before a boot: a build-only kernel that boots (Kernel.boots) gets
+    its image, which the build-only set's fetch leaves out."""
+    if k.build_only and k.boots and not image_ready(k):
+        fetch_image(k)
 
 
 def _cache(var: str, name: str) -> Path:

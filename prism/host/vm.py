@@ -359,9 +359,10 @@ def run(k: kernels.Kernel, command: str, *, ko: Path | None = None,
     @ko: prism's module, and @twin_ko its twin's (twin.py), for the guest
     at $PRISM_KO and $PRISM_TWIN_KO. @plugin: a QEMU TCG plugin to load
     (TCG or icount only), told the run directory in PRISM_INSNPROF_DIR."""
-    if k.build_only:
+    if k.build_only and not k.boots:
         raise UsageError(f"{k.name} is in the build-only set (prism/host/kernels.py): "
                          "prism builds for it but never boots it, and fetches no image")
+    kernels.ensure_bootable(k)
     check_disks(disks, accel)
     require_tools()
     if not k.vmlinuz.exists():
