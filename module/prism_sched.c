@@ -197,16 +197,12 @@ static void prism_flow_arrival(struct prism_data *pd, struct prism_flow *fl)
  * weight takes effect as the flow becomes backlogged. A burst that grows
  * large ends the raise of the flows that started it.
  */
-static void prism_flow_start(struct prism_data *pd,
-			     const struct prism_tunables *t,
-			     struct prism_flow *fl, unsigned long now)
+static noinline void prism_flow_start(struct prism_data *pd,
+				      const struct prism_tunables *t,
+				      struct prism_flow *fl, unsigned long now)
 {
 	int i;
 
-	if (fl->inserted &&
-	    time_before(now, fl->last_used +
-			msecs_to_jiffies(PRISM_RAISE_IDLE_MS)))
-		return;
 	pd->flow_starts++;
 	switch (prism_burst_start(&pd->burst, now, HZ, prism_flow_slot(pd, fl))) {
 	case 1:
@@ -252,6 +248,7 @@ static unsigned long prism_first_insert(struct prism_data *pd,
 	struct prism_group *g = NULL;
 	struct prism_cgroup_info cg;
 	struct prism_flow *fl;
+	unsigned long now_j;
 	u64 owned;
 
 	if (!prism_rq_prepared(rq)) {
@@ -292,9 +289,14 @@ static unsigned long prism_first_insert(struct prism_data *pd,
 		st |= PRISM_RQ_SEQ;
 	if (fl->rt != (IOPRIO_PRIO_CLASS(ioprio) == IOPRIO_CLASS_RT))
 		WRITE_ONCE(fl->rt, !fl->rt);
-	if (fl->id && !fl->fq.backlogged && op_is_sync(rq->cmd_flags))
-		prism_flow_start(pd, t, fl, jiffies);
-	fl->last_used = jiffies;
+	/* The cheap test inline, the start itself out of line (once a flow). */
+	now_j = jiffies;
+	if (unlikely(!fl->inserted ||
+		     time_after_eq(now_j, fl->last_used +
+				   msecs_to_jiffies(PRISM_RAISE_IDLE_MS))) &&
+	    fl->id && !fl->fq.backlogged && op_is_sync(rq->cmd_flags))
+		prism_flow_start(pd, t, fl, now_j);
+	fl->last_used = now_j;
 	if (pd->flow_window)
 		prism_flow_arrival(pd, fl);
 	WRITE_ONCE(fl->inserted, fl->inserted + 1);
