@@ -226,15 +226,12 @@ static struct blkcg_policy prism_blkcg_policy = {
  * blkg or when exit_sched() deactivates the policy, with the queue
  * frozen and so no request left.
  */
-bool prism_cgroup_of(struct bio *bio, struct request_queue *q,
-		     struct prism_cgroup_info *info)
+bool __prism_cgroup_of(struct bio *bio, struct request_queue *q,
+		       struct prism_cgroup_info *info)
 {
-	struct blkcg_gq *blkg;
+	struct blkcg_gq *blkg = bio->bi_blkg;
 
-	if (!prism_cg_registered || !bio)
-		return false;
-	blkg = bio->bi_blkg;
-	if (!blkg || blkg->q != q)
+	if (!prism_cg_registered || blkg->q != q)
 		return false;
 	for (; blkg->parent; blkg = blkg->parent) {
 		struct prism_cg *pcg = blkg_to_pcg(blkg);

@@ -21,13 +21,29 @@ struct prism_cgroup_info {
 };
 
 #ifdef CONFIG_BLK_CGROUP
+#include <linux/blkdev.h>
+
 void prism_cgroup_register(void);
 void prism_cgroup_unregister(void);
 void prism_cgroup_activate(struct request_queue *q);
 void prism_cgroup_deactivate(struct request_queue *q);
-bool prism_cgroup_of(struct bio *bio, struct request_queue *q,
-		     struct prism_cgroup_info *info);
+bool __prism_cgroup_of(struct bio *bio, struct request_queue *q,
+		       struct prism_cgroup_info *info);
 int prism_cgroup_show(void *data, struct seq_file *m);
+
+/*
+ * A request's cgroup flow, if its bio belongs to a cgroup other than the
+ * root (the queue's root_blkg), whose processes are no group.
+ * That test, the common case on a machine without cgroups, inline; the
+ * walk up to an online cgroup of prism's out of line.
+ */
+static inline bool prism_cgroup_of(struct bio *bio, struct request_queue *q,
+				   struct prism_cgroup_info *info)
+{
+	if (!bio || !bio->bi_blkg || bio->bi_blkg == q->root_blkg)
+		return false;
+	return __prism_cgroup_of(bio, q, info);
+}
 #else
 static inline void prism_cgroup_register(void)
 {
