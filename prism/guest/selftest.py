@@ -1000,7 +1000,9 @@ def check_weight_raise(ctx) -> dict:
     (slice_idle_us=0, which turns raising off with idling: then nothing
     is raised), interleaved twice. Then eight readers starting together
     are a burst: fewer than eight raised, and none keeps a raised weight
-    while they run (the burst's first seven lose it)."""
+    once all eight are at work (the burst's first seven lose it; the last
+    look of prism's flows, twice a second, that finds all eight with
+    requests)."""
     dev = ctx["nullb"]
     runs = []
     try:
@@ -1012,20 +1014,29 @@ def check_weight_raise(ctx) -> dict:
         before = raise_counts(dev)
         args = ["--direct=1", "--ioengine=libaio", "--iodepth=2", "--rw=randread",
                 "--bs=4k", "--randrepeat=0", "--size=16M", "--time_based=1",
-                "--runtime=3", "--group_reporting=0", f"--filename=/dev/{dev}"]
+                "--runtime=4", "--group_reporting=0", f"--filename=/dev/{dev}"]
         for i in range(8):
             args += [f"--name=b{i}", f"--offset={i * 16}M"]
-        proc = subprocess.Popen(["fio", "--output-format=json", *args],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        time.sleep(2)
-        weights = [f["weight"] for f in g.prism_flows(dev) if f["queued"] or f["owned"]]
-        if wait_rc(proc, 120):
+        t0 = time.monotonic()
+        with repeating(0.5, lambda tick: flows_sample(dev, t0)) as samples:
+            proc = subprocess.Popen(["fio", "--output-format=json", *args],
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                    text=True)
+            rc = wait_rc(proc, 300)
+        if rc:
             err = proc.stderr.read() if proc.stderr else ""
             raise RuntimeError(f"fio failed: {err[-1500:]}")
         after = raise_counts(dev)
+        # The last look with all eight flows at work (a flow's weight is
+        # the one of its latest activation, and each activates anew at
+        # once): none raised.
+        full = [[f["weight"] for f in fl if f["pid"] and (f["queued"] or f["owned"])]
+                for _, fl in samples]
+        full = [w for w in full if len(w) >= 8]
+        weights = full[-1] if full else []
         burst = {"starts": after["flow_starts"] - before["flow_starts"],
-                 "raised": after["raised"] - before["raised"], "weights_at_2s": weights,
-                 "balanced": conservation(dev)["balanced"]}
+                 "raised": after["raised"] - before["raised"], "weights_all_busy": weights,
+                 "looks_all_busy": len(full), "balanced": conservation(dev)["balanced"]}
     finally:
         g.set_scheduler(dev, "none")
     on = [r for r in runs if r["tunables"] is None]
@@ -1034,7 +1045,7 @@ def check_weight_raise(ctx) -> dict:
     ok = (ratio < 0.6 and all(r["raised"] >= 1 for r in on)
           and not any(r["raised"] for r in off)
           and burst["starts"] >= 8 and burst["raised"] < 8
-          and bool(weights) and max(weights) <= 400
+          and bool(weights) and max(weights) <= WEIGHT_MAX
           and all(r["balanced"] for r in runs) and burst["balanced"])
     return {"ok": ok, "raised_over_unraised_latency": ratio, "runs": runs, "burst": burst}
 
