@@ -1011,6 +1011,9 @@ def check_weight_raise(ctx) -> dict:
                 runs.append(raise_run(dev, tun))
         g.set_scheduler(dev, "none")
         g.set_scheduler(dev, "prism")
+        # The kernel's 4 tags for this 2-slot disk would keep most of the
+        # eight readers waiting in tag allocation, where prism sees none.
+        g.write_queue(dev, "nr_requests", SCHED_TAGS)
         before = raise_counts(dev)
         args = ["--direct=1", "--ioengine=libaio", "--iodepth=2", "--rw=randread",
                 "--bs=4k", "--randrepeat=0", "--size=16M", "--time_based=1",
