@@ -221,11 +221,14 @@ class RunMarks:
         self.sampler = None
         self.t0 = time.monotonic()
         self.latency_hist = WORKLOADS[run["workload"]].latency_hist
-        if parse_scheduler(run["scheduler"])[0] == "prism":
-            if self.latency_hist:
-                self.latency_reset = threading.Timer(plan["ramp"], g.prism_latency_keep,
-                                                     [device.name])
-                self.latency_reset.start()
+        name = parse_scheduler(run["scheduler"])[0]
+        if name == "prism" and self.latency_hist:
+            self.latency_reset = threading.Timer(plan["ramp"], g.prism_latency_keep,
+                                                 [device.name])
+            self.latency_reset.start()
+        # The twin's depth controller too (v2 wrote the same keys), for a
+        # paired look at the two controllers; no report reads it yet.
+        if name in ("prism", g.TWIN_SCHEDULER):
             self.sampler = threading.Thread(target=self._sample_flight,
                                             args=(device.name, plan["ramp"]), daemon=True)
             self.sampler.start()
@@ -281,6 +284,10 @@ class RunMarks:
                 meta["prism_latency"] = g.prism_latency(device.name)
             meta["prism_cost"] = g.prism_cost(device.name)
             meta["prism_flight_series"] = self.flight_series
+        elif parse_scheduler(run["scheduler"])[0] == g.TWIN_SCHEDULER:
+            with contextlib.suppress(OSError, ValueError):
+                meta["twin_flight"] = g.prism_flight(device.name)
+            meta["twin_flight_series"] = self.flight_series
         (rundir / "meta.json").write_text(json.dumps(meta, indent=1))
         return meta
 
