@@ -11,6 +11,7 @@ results.json schema (version 1):
              "prism_flight_series"? ([{"t", "lower_limit", "lower_duty",
                                       "device_depth"}]: the same once a second
                                       from the end of the ramp),
+             "twin_flight"?, "twin_flight_series"? (the same of prism-v2),
              "prism_cost"? (its cost model at the run's end, debugfs "cost"
                             by line: "model", "cost_ns", "learning",
                             "learned"?, each {key: value as text}),
@@ -79,6 +80,10 @@ def collect(raw: Path, kernel: str) -> list[dict]:
             run["prism_cost"] = meta["prism_cost"]
         if meta.get("prism_flight_series"):
             run["prism_flight_series"] = meta["prism_flight_series"]
+        # prism-v2's controller, for a paired look (no table reads it yet).
+        for key in ("twin_flight", "twin_flight_series"):
+            if meta.get(key):
+                run[key] = meta[key]
         if (rundir / "jobs.json").exists():
             # An application's run (prism.guest.pgbench): its records are made in the guest.
             run["jobs"] = json.loads((rundir / "jobs.json").read_text())
