@@ -215,17 +215,25 @@ static void prism_flow_activate(struct prism_data *pd, struct prism_flow *fl,
 }
 
 /*
- * The raise of @fl ends before its time (its burst grew large): while
- * backlogged it weighs its own weight again at once.
+ * @fl's raise just ended (raise.left is 0 now): while backlogged it
+ * weighs its own weight again at once; otherwise prism_flow_activate()
+ * gives it its own weight when it comes back.
  */
+static void prism_flow_raise_ended(struct prism_data *pd,
+				   struct prism_flow *fl)
+{
+	if (fl->fq.backlogged)
+		prism_fq_reweight(prism_flow_fq(pd, fl), &fl->fq,
+				  fl->fq.weight / PRISM_RAISE_COEFF);
+}
+
+/* The raise of @fl ends before its time (its burst grew large). */
 void prism_flow_unraise(struct prism_data *pd, struct prism_flow *fl)
 {
 	if (!fl->raise.left)
 		return;
 	fl->raise.left = 0;
-	if (fl->fq.backlogged)
-		prism_fq_reweight(prism_flow_fq(pd, fl), &fl->fq,
-				  fl->fq.weight / PRISM_RAISE_COEFF);
+	prism_flow_raise_ended(pd, fl);
 }
 
 /* A flow with nothing queued leaves its fair queue, and so may its group. */
@@ -734,8 +742,7 @@ chosen:
 	prism_flow_charge(pd, fl, cost);
 	if (fl->raise.left &&
 	    prism_raise_served(&fl->raise, blk_rq_sectors(rq), jiffies))
-		prism_fq_reweight(prism_flow_fq(pd, fl), &fl->fq,
-				  fl->fq.weight / PRISM_RAISE_COEFF);
+		prism_flow_raise_ended(pd, fl);
 	prism_account(&pd->batch, tun, queued_tiers, &c, cost);
 	/*
 	 * Not while draining: a tier must not owe, once a freeze is over,

@@ -22,8 +22,9 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from ..common import stats
 from . import system as g
@@ -652,13 +653,18 @@ FLOW_IDLE_LEVELS = (0, 4, 7)          # weights 200, 100, 25
 FLOW_IDLE_AUTO = -1
 
 
-def flows_sample(dev: str, t0: float) -> list[tuple[float, list[dict]]]:
-    """(seconds since @t0, prism's flows) now, or nothing while the file
-    is away."""
+def timed_look(read: Callable[[], Any], t0: float) -> list[tuple[float, Any]]:
+    """(seconds since @t0, read()) now, for repeating(): nothing while
+    prism's debugfs file is away (a scheduler switch)."""
     try:
-        return [(time.monotonic() - t0, g.prism_flows(dev))]
+        return [(time.monotonic() - t0, read())]
     except (OSError, KeyError, ValueError):
         return []
+
+
+def flows_sample(dev: str, t0: float) -> list[tuple[float, list[dict]]]:
+    """(seconds since @t0, prism's flows) now, or nothing."""
+    return timed_look(lambda: g.prism_flows(dev), t0)
 
 
 def flow_idle_run(dev: str, flow_idle_us: int) -> dict:
@@ -782,12 +788,11 @@ def check_flow_idle_queueing(ctx) -> dict:
 
 def flight_sample(dev: str, t0: float) -> list[tuple[float, int, int]]:
     """(seconds since @t0, held_flow, flow_window_us) from debugfs flight
-    now, or nothing while the file is away (a scheduler switch)."""
-    try:
+    now, or nothing."""
+    def read() -> tuple[int, int]:
         f = g.prism_flight(dev)
-        return [(time.monotonic() - t0, f["held_flow"], f["flow_window_us"])]
-    except (OSError, KeyError, ValueError):
-        return []
+        return f["held_flow"], f["flow_window_us"]
+    return [(t, *v) for t, v in timed_look(read, t0)]
 
 
 def check_flow_idle_flash(ctx) -> dict:
