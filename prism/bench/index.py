@@ -64,13 +64,16 @@ def headline(rep: dict) -> str:
 
 def superseded(reports: list[dict]) -> dict[str, str]:
     """Report dir -> the newest later report on the same device profile and
-    kernel whose workloads include all of its own (so it measured the
-    same thing again, from a later revision)."""
+    kernel whose workloads include all of its own, and prism at its
+    defaults if it had it (so it measured the same thing again, from a
+    later revision: a diagnosis that ran only variants supersedes
+    nothing)."""
     out: dict[str, str] = {}
     for r in reports:
         later = [o for o in reports if o["created"] > r["created"]
                  and o["device_key"] == r["device_key"] and o["kernels"] == r["kernels"]
-                 and set(r["workloads"]) <= set(o["workloads"]) and r["workloads"]]
+                 and set(r["workloads"]) <= set(o["workloads"]) and r["workloads"]
+                 and ("prism" not in r["schedulers"] or "prism" in o["schedulers"])]
         if later:
             out[r["dir"]] = max(later, key=lambda o: (o["created"], o["dir"]))["dir"]
     return out
