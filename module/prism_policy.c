@@ -816,8 +816,12 @@ u64 prism_depth_target(const struct prism_depth_ctl *d,
 void prism_depth_observe(struct prism_depth_ctl *d, u64 lat, bool solo,
 			 u64 now)
 {
-	if (solo)
+	if (solo) {
 		floor_sample(&d->solo, &d->solo_samples, lat);
+		mean_sample(&d->solo_mean, &d->solo_mean_samples, lat);
+	} else {
+		mean_sample(&d->mixed, &d->mixed_samples, lat);
+	}
 	floor_sample(&d->floor, &d->floor_samples, lat);
 	ewma(&d->lat, lat);
 	d->last_sample = now;

@@ -651,6 +651,14 @@ struct prism_depth_ctl {
 	u64 floor;		/* ns, running minimum of every sample */
 	u32 floor_samples;
 	u64 lat;		/* ns, weighted mean of every sample */
+	/*
+	 * Weighted means of the solo samples and of those taken with a
+	 * lower request in flight ("mixed"): what the lower tiers add.
+	 */
+	u64 solo_mean;		/* ns */
+	u32 solo_mean_samples;
+	u64 mixed;		/* ns */
+	u32 mixed_samples;
 	u64 worst;		/* ns, the worst sample since last_change */
 	u64 last_change;	/* ns: the limit was last cut or grown */
 	u64 last_sample;	/* ns */

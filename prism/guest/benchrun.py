@@ -254,7 +254,9 @@ class RunMarks:
                 return      # the scheduler was switched away: nothing to read
             self.flight_series.append({
                 "t": round(time.monotonic() - self.t0, 1),
-                **{k: f.get(k) for k in ("lower_limit", "lower_duty", "device_depth")}})
+                **{k: f.get(k) for k in ("lower_limit", "lower_duty", "device_depth",
+                                          "target_us", "lat_us", "solo_mean_us",
+                                          "mixed_us", "cuts")}})
 
     def stop(self, device: Device) -> None:
         if self.latency_reset:
