@@ -817,8 +817,12 @@ void prism_depth_observe(struct prism_depth_ctl *d, u64 lat, bool solo,
 			 u64 now)
 {
 	if (solo) {
+		/* Counted with the minimum's samples: the same ones. */
+		if (!d->solo_samples)
+			d->solo_mean = lat;
+		else
+			ewma(&d->solo_mean, lat);
 		floor_sample(&d->solo, &d->solo_samples, lat);
-		mean_sample(&d->solo_mean, &d->solo_mean_samples, lat);
 	} else {
 		mean_sample(&d->mixed, &d->mixed_samples, lat);
 	}

@@ -655,8 +655,7 @@ struct prism_depth_ctl {
 	 * Weighted means of the solo samples and of those taken with a
 	 * lower request in flight ("mixed"): what the lower tiers add.
 	 */
-	u64 solo_mean;		/* ns */
-	u32 solo_mean_samples;
+	u64 solo_mean;		/* ns, over solo_samples */
 	u64 mixed;		/* ns */
 	u32 mixed_samples;
 	u64 worst;		/* ns, the worst sample since last_change */

@@ -9,8 +9,11 @@ results.json schema (version 1):
              "device_util", "wall_s", "prism_tiers"?, "prism_flight"? (the
              in-flight control from debugfs at the run's end),
              "prism_flight_series"? ([{"t", "lower_limit", "lower_duty",
-                                      "device_depth"}]: the same once a second
-                                      from the end of the ramp),
+                                      "device_depth", "target_us", "lat_us",
+                                      "solo_mean_us", "mixed_us", "cuts"}]:
+                                      the same once a second from the end of
+                                      the ramp; the last five since
+                                      2026-12-05),
              "twin_flight"?, "twin_flight_series"? (the same of prism-v2),
              "prism_cost"? (its cost model at the run's end, debugfs "cost"
                             by line: "model", "cost_ns", "learning",
