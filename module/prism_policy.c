@@ -841,6 +841,7 @@ void prism_depth_sample(struct prism_depth_ctl *d,
 			const struct prism_tunables *t, u64 lat, bool solo,
 			u64 now, u32 depth)
 {
+	bool probe;
 	u64 target;
 
 	if (!depth)
@@ -859,8 +860,20 @@ void prism_depth_sample(struct prism_depth_ctl *d,
 		return;
 	lat = d->worst;
 	d->worst = 0;
-	if (lat > target) {
-		u32 cut = d->limit / (lat > 2 * target ? 2 : 4);
+	/*
+	 * Without solo samples the target is drawn from samples taken beside
+	 * the bulk work, which may wait as long as each other: a metered
+	 * volume whose queue the bulk work keeps full holds every read alike
+	 * (120-140 ms on the cloud volume, 1.8 ms alone), twice their floor
+	 * is never exceeded, and nothing is ever cut. So until the tier has
+	 * been seen alone, a sample beside the bulk work counts as over the
+	 * target: the limit halves down to one, then the pacing's gaps give
+	 * the solo samples that set the real target. A set target needs no
+	 * probe.
+	 */
+	probe = !t->target && !solo && d->solo_samples < PRISM_THINK_MIN;
+	if (lat > target || probe) {
+		u32 cut = d->limit / (probe || lat > 2 * target ? 2 : 4);
 
 		if (d->limit > 1) {
 			d->limit -= cut ? cut : 1;

@@ -1823,10 +1823,11 @@ TEST(simulated_meter_pacing_protects_and_keeps_the_backup_moving)
 /*
  * A queueing disk (NCQ, 32 deep) under a sequential backup: no
  * higher-tier request is ever dispatched with the device free of bulk
- * work (never solo), and the drive serves a random read either at once
- * (3 ms) or, when it prefers the bulk stream, after the bulk requests
- * beside it (20 ms each). Without solo samples the floor of every sample
- * sets the target, and the limit falls to where the read keeps to it.
+ * work (never solo; this model has no pacing gaps to give one), and the
+ * drive serves a random read either at once (3 ms) or, when it prefers
+ * the bulk stream, after the bulk requests beside it (20 ms each).
+ * Without solo samples the floor of every sample sets the target, and
+ * the limit falls at least to where the read keeps to it.
  */
 TEST(depth_limit_without_solo_samples_on_a_queueing_disk)
 {
@@ -1845,6 +1846,47 @@ TEST(depth_limit_without_solo_samples_on_a_queueing_disk)
 	CHECK_EQ(prism_depth_target(&d, &t), 6 * MS);
 	CHECK(d.limit <= 2);
 	CHECK(d.cuts > 0);
+}
+
+/*
+ * A metered volume (the cloud volume: 125 MiB/s, a 1 MiB read 8 ms of
+ * it) whose queue a backup of 16 requests keeps full from before the
+ * database's first read: every read beside it waits for the meter alike,
+ * 16 x 8 ms, and none is solo until the backup is paced. Twice the floor
+ * of such samples is never exceeded; the controller must still cut, down
+ * to pacing, and the gaps' solo reads (1.8 ms) then set the target. With
+ * the floor alone for a target (before 2026-12) nothing was ever cut: a
+ * database that started after the backup stayed at 120 ms (the pacing
+ * check on the cloud volume, one rep in CI).
+ */
+TEST(depth_limit_probes_for_solo_samples_on_a_full_meter)
+{
+	struct prism_tunables t = defaults();
+	struct prism_depth_ctl d;
+	u64 now;
+	int i = 0;
+
+	prism_depth_init(&d, 64);
+	for (now = MS; now < 5000 * MS; i++) {
+		u32 ahead = d.limit < 16 ? d.limit : 16;
+		bool solo = d.duty < PRISM_DUTY_FULL && i % 2;
+		u64 lat = solo ? 1800 * US : 1800 * US + ahead * 8 * MS;
+
+		prism_depth_sample(&d, &t, lat, solo, now, 64);
+		now += lat;
+	}
+	CHECK(d.cuts > 0);
+	CHECK_EQ(d.solo_samples, PRISM_THINK_SAMPLES);
+	CHECK_EQ(prism_depth_target(&d, &t), 3600 * US);
+	CHECK_EQ(d.limit, 1);
+	CHECK(d.duty < PRISM_DUTY_FULL);
+	/* An operator's target needs no probe: within it, nothing is cut. */
+	t.target = 200 * MS;
+	prism_depth_init(&d, 64);
+	for (now = MS; now < 5000 * MS; now += 130 * MS)
+		prism_depth_sample(&d, &t, 130 * MS, false, now, 64);
+	CHECK_EQ(d.cuts, 0);
+	CHECK_EQ(d.limit, 64);
 }
 
 int main(int argc, char **argv)
