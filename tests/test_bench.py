@@ -61,6 +61,28 @@ def test_series_from_logs(fio_json):
     assert all(v > 0 for _, v in recs[0]["lat_series_us"])
 
 
+def test_a_paced_jobs_seconds_from_fios_truncated_log(fio_json, tmp_path):
+    """fio logs an interval only if it had a completion, in whole IOPS:
+    one completion over 1,002 ms is logged as 0, and an interval without
+    one is not logged. The first is a second with I/O, the second one
+    without (the small cloud volume's paced reader read as starved in 4
+    of 5 runs that had a completion every second)."""
+    for name in ("log_iops.1.log", "log_lat.1.log"):
+        shutil.copy(DATA / name, tmp_path / name)
+    (tmp_path / "log_iops.2.log").write_text(
+        "1000, 2, 0, 0, 0\n2002, 0, 0, 0, 0\n3003, 2, 0, 0, 0\n4004, 1, 0, 0, 0\n"
+        "5005, 2, 0, 0, 0\n")
+    low = stats.run_records(fio_json, tmp_path)[1]
+    assert low["iops_series"] == [(1, 2.0), (2, 1.0), (3, 2.0), (4, 1.0), (5, 2.0)]
+    assert low["min_iops_1s"] == 1.0
+    # A second with no line at all had no completion.
+    (tmp_path / "log_iops.2.log").write_text(
+        "1000, 2, 0, 0, 0\n3003, 2, 0, 0, 0\n4004, 1, 0, 0, 0\n5005, 2, 0, 0, 0\n")
+    low = stats.run_records(fio_json, tmp_path)[1]
+    assert low["iops_series"][1] == (2, 0.0)
+    assert low["min_iops_1s"] == 0.0
+
+
 def test_a_starved_job_is_measured_over_the_common_window(fio_json, tmp_path):
     """A job starved past its ramp starts measuring at its first
     completion: fio's IOPS for it covers only the time it was served (the

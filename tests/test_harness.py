@@ -468,6 +468,10 @@ def test_per_second_ios_counts_a_stalled_logs_gap_as_a_second_without_io(tmp_pat
     steady = tmp_path / "y_iops.1.log"
     steady.write_text("".join(f"{1000 * i + 40}, 7, 0, 0, 0\n" for i in range(1, 6)))
     assert per_second_ios(steady, gaps=True) == [7, 7, 7]
+    # One completion in an interval of 1,002 ms: fio logs 0, which is 1.
+    slow = tmp_path / "z_iops.1.log"
+    slow.write_text("1000, 2, 0, 0, 0\n2002, 0, 0, 0, 0\n3003, 2, 0, 0, 0\n4003, 2, 0, 0, 0\n")
+    assert per_second_ios(slow, gaps=True) == [1, 2]
 
 
 def test_tuning_guide_documents_every_tunable_with_its_default():

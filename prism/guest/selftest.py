@@ -313,7 +313,9 @@ def per_second_ios(log: Path, gaps: bool = False) -> list[int]:
     the job's reads served in that second). With @gaps, an entry more than
     2 s after the one before (fio logs late while its job is stalled: 3 s
     apart when the IDLE reader of pacing_writeback_cloud starved; 1.0 s
-    otherwise) counts as a second without I/O too."""
+    otherwise) counts as a second without I/O too. A logged 0 is one
+    completion at least (stats.iops_per_second(): fio logs only intervals
+    with completions, in whole IOPS, so one over 1,001 ms reads 0)."""
     secs = []
     last = None
     for line in log.read_text().splitlines():
@@ -322,7 +324,7 @@ def per_second_ios(log: Path, gaps: bool = False) -> list[int]:
             if gaps and last is not None and int(f[0]) - last > 2000:
                 secs.append(0)
             last = int(f[0])
-            secs.append(int(f[1]))
+            secs.append(max(int(f[1]), 1))
     return secs[1:-1]
 
 
