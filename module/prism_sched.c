@@ -650,6 +650,13 @@ static struct request *prism_dispatch_request(struct blk_mq_hw_ctx *hctx)
 	rq = list_first_entry_or_null(&pd->dispatch, struct request, queuelist);
 	if (!rq) {
 		/*
+		 * Nothing queued: another CPU took what has_work() saw. The
+		 * state that moves with time waits for a dispatch with work,
+		 * which brings it up to date before it chooses.
+		 */
+		if (!pd->nr_queued)
+			goto unlock;
+		/*
 		 * Queued while nothing else was: nothing to choose, once the
 		 * state that moves with time is up to date for this jiffy.
 		 */
