@@ -671,17 +671,21 @@ def flows_sample(dev: str, t0: float) -> list[tuple[float, list[dict]]]:
 
 def flow_idle_run(dev: str, flow_idle_us: int) -> dict:
     """Three sequential 128 KiB readers at BE 0, 4 and 7 in one tier on
-    the HDD, iodepth 2, for 9 s: each flow's part of the cost prism
-    served (from its own flows) from 4.5 s on, and the bytes read in all.
-    Before that the readers start raised (weight raising, 30x each, so in
-    their ratio) and lose their raises one by one as each is served its
-    sectors, the heaviest first: shares hold once every raise is over."""
+    the HDD, iodepth 2, for 10 s: each flow's part of the cost prism
+    served (from its own flows) once every raise is over, and the bytes
+    read in all. The readers start raised (weight raising, 30x each, so
+    in their ratio) and lose their raises one by one as each is served
+    its sectors, the heaviest first, or PRISM_RAISE_MS (4 s) after its
+    flow began: shares hold from 4 s after the last flow appeared. (From
+    4.5 s after fio was started, as before 2026-12-05, a run whose fio
+    came up slowly still measured a raised reader: +40% for the lightest,
+    2 of 7 boots.)"""
     g.set_scheduler(dev, "none")
     g.set_scheduler(dev, "prism", {"be_tiers": 1, "slice_idle_us": flow_idle_us})
     # As prism's udev rules set it: at the kernel's default of 2 the other
     # flows' queued requests hold every tag, and no flow is waited for.
     g.write_queue(dev, "nr_requests", 64)
-    args = ["--direct=1", "--ioengine=libaio", "--runtime=9", "--time_based=1",
+    args = ["--direct=1", "--ioengine=libaio", "--runtime=10", "--time_based=1",
             "--exitall", "--group_reporting=0", f"--filename=/dev/{dev}"]
     for i, level in enumerate(FLOW_IDLE_LEVELS):
         args += [f"--name=be{level}", "--rw=read", "--bs=128k", "--iodepth=2",
@@ -693,14 +697,20 @@ def flow_idle_run(dev: str, flow_idle_us: int) -> dict:
     flows = g.prism_flows(dev)
     flight = g.prism_flight(dev)
     books = conservation(dev)
-    start: list[dict] = next((fl for t, fl in samples if t >= 4.5), [])
+    # The flows begin at their first request: a flow first seen in a
+    # sample began within the half second before it.
+    present = next((t for t, fl in samples
+                    if len([f for f in fl if f["pid"] and f["dispatched"]])
+                    >= len(FLOW_IDLE_LEVELS)), None)
+    start: list[dict] = next((fl for t, fl in samples
+                              if present is not None and t >= present + 4.0), [])
     before = {f["pid"]: f["cost_us"] for f in start}
     cost = {own_weight(f["weight"]): f["cost_us"] - before.get(f["pid"], 0)
             for f in flows if f["pid"] and f["dispatched"]}
     weights = [be_weight(level) for level in FLOW_IDLE_LEVELS]
     total = sum(cost.get(w, 0) for w in weights)
     deviation = {w: cost.get(w, 0) / max(total, 1) / (w / sum(weights)) - 1 for w in weights}
-    return {"flow_idle_us": flow_idle_us, "deviation": deviation,
+    return {"flow_idle_us": flow_idle_us, "deviation": deviation, "flows_seen_s": present,
             "worst": max(abs(d) for d in deviation.values()) if start else 1.0,
             "mib_read": sum(job(out, f"be{level}")["kib"] for level in FLOW_IDLE_LEVELS)
             / 1024,
