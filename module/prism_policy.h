@@ -641,8 +641,11 @@ static inline bool prism_flow_returning(const struct prism_think *th,
  * the lower tier's load past its last request: a rate limiter's bucket in
  * debt (a cloud volume), a disk's write cache destaging. When the bulk
  * work never leaves the device empty, no request is solo; then the
- * minimum over every sample ("floor") stands in: the fastest replies a
- * busy device gives are those it served at once.
+ * minimum over every sample ("floor") stands in for the target's base,
+ * but is not trusted: until solo samples come, prism_depth_sample()
+ * counts every sample beside lower requests as over the target (a
+ * probe), since on a full meter every sample waits alike and twice
+ * their minimum is never exceeded.
  */
 struct prism_depth_ctl {
 	u32 limit;
