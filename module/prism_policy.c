@@ -657,13 +657,19 @@ static void floor_sample(u64 *floor, u32 *samples, u64 sample)
 		(*samples)++;
 }
 
-/* A weighted mean whose first sample is taken as it is. */
-static void mean_sample(u64 *mean, u32 *samples, u64 sample)
+/* A weighted mean of @samples so far whose first is taken as it is. */
+static void mean_fold(u64 *mean, u32 samples, u64 sample)
 {
-	if (!*samples)
+	if (!samples)
 		*mean = sample;
 	else
 		ewma(mean, sample);
+}
+
+/* The same, counting its own samples. */
+static void mean_sample(u64 *mean, u32 *samples, u64 sample)
+{
+	mean_fold(mean, *samples, sample);
 	if (*samples < PRISM_THINK_SAMPLES)
 		(*samples)++;
 }
@@ -818,10 +824,7 @@ void prism_depth_observe(struct prism_depth_ctl *d, u64 lat, bool solo,
 {
 	if (solo) {
 		/* Counted with the minimum's samples: the same ones. */
-		if (!d->solo_samples)
-			d->solo_mean = lat;
-		else
-			ewma(&d->solo_mean, lat);
+		mean_fold(&d->solo_mean, d->solo_samples, lat);
 		floor_sample(&d->solo, &d->solo_samples, lat);
 	} else {
 		mean_sample(&d->mixed, &d->mixed_samples, lat);

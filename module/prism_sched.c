@@ -666,8 +666,8 @@ static struct request *prism_dispatch_request(struct blk_mq_hw_ctx *hctx)
 		if (!rq || pd->lane_checked != tick) {
 			rq = prism_dispatch_choose(pd, hctx);
 			if (!rq) {
-				if (pd->nr_queued)
-					pd->empty_dispatches++;
+				/* Requests queued (above), none chosen. */
+				pd->empty_dispatches++;
 				goto unlock;
 			}
 			now = pd->chosen_now;
