@@ -503,8 +503,12 @@ static u64 prism_flow_wait_window(struct prism_data *pd,
 /*
  * The batch's flow, if it has nothing queued and is expected back, and
  * waiting for it can pay on a device of @depth, and no other flow of its
- * tier has sync writes queued (prism_flow_wait_yields()): its view then
- * says so (flow_waits), and prism_choose() may hold for it.
+ * tier has sync writes queued (prism_flow_wait_yields()), and its next
+ * request could get a scheduler tag: one of its own in the device frees
+ * the tag it needs (taken for another's, a start-up's dependent reads
+ * beside buffered readers at nr_requests 2 were waited for 1-7 times in
+ * 256). Its view then says so (flow_waits), and prism_choose() may hold
+ * for it.
  */
 static struct prism_flow *prism_flow_waited(struct prism_data *pd,
 					    struct prism_tier_view *view,
@@ -518,7 +522,7 @@ static struct prism_flow *prism_flow_waited(struct prism_data *pd,
 	if (!fl->key || fl->tier != pd->batch.tier || fl->fq.backlogged ||
 	    (throttled & BIT(fl->tier)) ||
 	    prism_flow_wait_yields(&view[fl->tier]) ||
-	    !prism_tier_can_allocate(pd, fl->tier))
+	    (!prism_flow_owned(fl) && !prism_tier_can_allocate(pd, fl->tier)))
 		return NULL;
 	fl->wait_window = prism_flow_wait_window(pd, fl, depth);
 	if (!fl->wait_window)

@@ -750,6 +750,45 @@ def check_flow_idle_hdd(ctx) -> dict:
             "runs": runs}
 
 
+def check_flow_wait_own_tag(ctx) -> dict:
+    """A flow waited for while its own request is in the device may be
+    held for, though the other flows' requests fill every other tag: its
+    completion frees the tag its next request needs. On the HDD at the
+    kernel's default nr_requests of 2 (a depth-1 disk without prism's
+    udev rule), a start-up (100 dependent 4 KiB reads) beside three
+    buffered sequential readers: the start-up's turn waits for it
+    (held_flow at least half its reads), where until 2026-12-05 a test
+    that counted its in-flight request's tag as another's left it waiting
+    out a reader's 1 MiB request after each read (held_flow 1-3 in 256
+    reads). prism's counters, not a time; the books balance."""
+    dev = ctx["hdd"]
+    reads = 100
+    try:
+        g.set_scheduler(dev, "none")
+        g.set_scheduler(dev, "prism")
+        g.write_queue(dev, "nr_requests", 2)
+        Path("/proc/sys/vm/drop_caches").write_text("3\n")
+        before = g.prism_flight(dev).get("held_flow", 0)
+        args = ["--exitall", "--group_reporting=0", f"--filename=/dev/{dev}",
+                "--name=startup", "--rw=randread", "--bs=4k", "--direct=1",
+                "--ioengine=psync", "--randrepeat=0", "--size=1G", f"--number_ios={reads}",
+                "--startdelay=2"]
+        for i in range(3):
+            args += [f"--name=reader{i}", "--rw=read", "--bs=1M", "--direct=0",
+                     "--ioengine=psync", "--time_based=1", "--runtime=30",
+                     f"--offset={i + 1}G", "--size=1G"]
+        out = g.fio(args=args, timeout=300)
+        held = g.prism_flight(dev).get("held_flow", 0) - before
+        books = conservation(dev)
+    finally:
+        g.set_scheduler(dev, "none")
+    done = job(out, "startup")["ios"]
+    ok = done == reads and held >= reads // 2 and books["balanced"]
+    return {"ok": ok, "startup_reads": done, "held_flow": held,
+            "startup_lat_mean_us": job(out, "startup")["lat_mean_us"],
+            "balanced": books["balanced"]}
+
+
 def run_two_readers(dev: str, tunables: dict | None, levels: Sequence[int],
                     job_args: list[str], runtime: int,
                     exitall: bool = True) -> tuple[list[int], dict, bool]:
@@ -3223,6 +3262,7 @@ CHECKS = [
     ("wbt_off", check_wbt_off),
     ("writeback_low", check_writeback_low),
     ("flow_idle_hdd", check_flow_idle_hdd),
+    ("flow_wait_own_tag", check_flow_wait_own_tag),
     ("flow_idle_queueing", check_flow_idle_queueing),
     ("flow_idle_flash", check_flow_idle_flash),
     ("cost_learn_hdd", check_cost_learn_hdd),
@@ -3273,9 +3313,10 @@ CHECKS = [
 # exercise on every kernel.
 SAME_ON_EVERY_KERNEL = ["drive_hdd", "cost_learn_hdd", "sync_chain_hdd", "priority_latency_nvme",
                         "priority_latency", "share", "flows_greedy", "weight_raise",
-                        "flow_shares", "flow_idle_hdd", "flow_idle_queueing",
-                        "flow_idle_flash", "aging", "share_sweep", "rate_cap", "tags_short",
-                        "anticipation_hdd", "direct_lane", "cgroup_shares"]
+                        "flow_shares", "flow_idle_hdd", "flow_wait_own_tag",
+                        "flow_idle_queueing", "flow_idle_flash", "aging", "share_sweep",
+                        "rate_cap", "tags_short", "anticipation_hdd", "direct_lane",
+                        "cgroup_shares"]
 
 
 def setup() -> dict:
