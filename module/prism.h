@@ -163,6 +163,7 @@ struct prism_flow {
 	u64 wait_window;
 	struct prism_think think;
 	bool returning;
+	bool starting;		/* prism_flow_start(): activate at the earliest */
 	struct prism_raise raise;	/* weight raising, under the lock */
 	char comm[TASK_COMM_LEN];
 };

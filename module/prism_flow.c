@@ -67,6 +67,7 @@ void prism_flow_reset(struct prism_data *pd, struct prism_flow *fl,
 	fl->dispatch_ns = 0;
 	fl->think = (struct prism_think){ };
 	fl->returning = false;
+	fl->starting = false;
 	fl->raise = (struct prism_raise){ };
 	if (id && current->tgid == id)
 		strscpy(fl->comm, current->comm, sizeof(fl->comm));
@@ -181,6 +182,34 @@ found:
 }
 
 /*
+ * The earliest start among what is backlogged in fair queue @fq of tier
+ * queue @tq: the flows of group @g (NULL: the tier's own flows, and the
+ * groups), or @fq's virtual time if none is earlier (see
+ * prism_fq_activate_at()). A walk of the tier's active flows, only when
+ * a flow starts (prism_flow_start()): one that comes and goes keeps the
+ * plain rule, or on flash, where nothing returns, each activation would
+ * take the laggard's place again.
+ */
+static u64 prism_fq_earliest(struct prism_tier_queue *tq,
+			     struct prism_group *g, struct prism_fq *fq)
+{
+	struct prism_flow *f;
+	struct prism_group *h;
+	u64 v = fq->vtime;
+
+	if (!fq->nr)
+		return v;
+	list_for_each_entry(f, &tq->active, active)
+		if (f->group == g && prism_vt_before(f->fq.start, v))
+			v = f->fq.start;
+	if (!g)
+		list_for_each_entry(h, &tq->groups, active)
+			if (prism_vt_before(h->ent.start, v))
+				v = h->ent.start;
+	return v;
+}
+
+/*
  * A flow with requests on its lists is on its tier's backlogged list and
  * in its fair queue, its group's (the group then in its tier's) or its
  * tier's; one that was expected back keeps its place in the fair queue,
@@ -208,8 +237,13 @@ static void prism_flow_activate(struct prism_data *pd, struct prism_flow *fl,
 	}
 	if (fl->returning)
 		prism_fq_return(prism_flow_fq(pd, fl), &fl->fq, weight);
+	else if (fl->starting)
+		prism_fq_activate_at(prism_flow_fq(pd, fl), &fl->fq, weight,
+				     prism_fq_earliest(tq, g,
+						       prism_flow_fq(pd, fl)));
 	else
 		prism_fq_activate(prism_flow_fq(pd, fl), &fl->fq, weight);
+	fl->starting = false;
 	fl->returning = false;
 	list_add_tail(&fl->active, &tq->active);
 }
@@ -739,7 +773,16 @@ chosen:
 	 * virtual time, the tier's, and the shares between tiers.
 	 */
 	cost = prism_flow_served(pd, tun, fl, rq);
-	prism_flow_charge(pd, fl, cost);
+	prism_flow_charge(pd, fl,
+			  prism_raise_charge(cost,
+					     prism_cost(&pd->model,
+							prism_rq_dir(rq),
+							prism_rq_data_bytes(rq),
+							true),
+					     fl->raise.left &&
+					     prism_flow_owned(fl) <= 1 &&
+					     prism_raise_on(&fl->raise,
+							    jiffies)));
 	if (fl->raise.left &&
 	    prism_raise_served(&fl->raise, blk_rq_sectors(rq), jiffies))
 		prism_flow_raise_ended(pd, fl);

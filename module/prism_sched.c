@@ -204,6 +204,7 @@ static noinline void prism_flow_start(struct prism_data *pd,
 	int i;
 
 	pd->flow_starts++;
+	fl->starting = true;
 	switch (prism_burst_start(&pd->burst, now, HZ, prism_flow_slot(pd, fl))) {
 	case 1:
 		if (t->slice_idle) {
