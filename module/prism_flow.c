@@ -585,7 +585,7 @@ noinline struct request *prism_dispatch_choose(struct prism_data *pd,
 	struct prism_choice c;
 	struct prism_flow *fl, *waited = NULL;
 	struct request *rq;
-	u64 now = 0, flow_window, cost;
+	u64 now = 0, flow_window, cost, charge;
 	u32 queued_tiers = 0, depth;
 	unsigned long tick;
 	bool differ, drain = false;
@@ -773,16 +773,17 @@ chosen:
 	 * virtual time, the tier's, and the shares between tiers.
 	 */
 	cost = prism_flow_served(pd, tun, fl, rq);
-	prism_flow_charge(pd, fl,
-			  prism_raise_charge(cost,
-					     prism_cost(&pd->model,
-							prism_rq_dir(rq),
-							prism_rq_data_bytes(rq),
-							true),
-					     fl->raise.left &&
-					     prism_flow_owned(fl) <= 1 &&
-					     prism_raise_on(&fl->raise,
-							    jiffies)));
+	charge = cost;
+	/* A raised chain: the sequential cost only looked up then. */
+	if (fl->raise.left && prism_flow_owned(fl) <= 1 &&
+	    prism_raise_on(&fl->raise, jiffies))
+		charge = prism_raise_charge(cost,
+					    prism_cost(&pd->model,
+						       prism_rq_dir(rq),
+						       prism_rq_data_bytes(rq),
+						       true),
+					    true);
+	prism_flow_charge(pd, fl, charge);
 	if (fl->raise.left &&
 	    prism_raise_served(&fl->raise, blk_rq_sectors(rq), jiffies))
 		prism_flow_raise_ended(pd, fl);

@@ -506,7 +506,7 @@ static u64 prism_flow_wait_window(struct prism_data *pd,
  * tier has sync writes queued (prism_flow_wait_yields()), and its next
  * request could get a scheduler tag: one of its own in the device frees
  * the tag it needs (taken for another's, a start-up's dependent reads
- * beside buffered readers at nr_requests 2 were waited for 1-7 times in
+ * beside buffered readers at nr_requests 2 were waited for 1-4 times in
  * 256). Its view then says so (flow_waits), and prism_choose() may hold
  * for it.
  */

@@ -759,7 +759,7 @@ def check_flow_wait_own_tag(ctx) -> dict:
     buffered sequential readers: the start-up's turn waits for it
     (held_flow at least half its reads), where until 2026-12-05 a test
     that counted its in-flight request's tag as another's left it waiting
-    out a reader's 1 MiB request after each read (held_flow 1-3 in 256
+    out a reader's 1 MiB request after each read (held_flow 1-4 in 256
     reads). prism's counters, not a time; the books balance."""
     dev = ctx["hdd"]
     reads = 100
