@@ -671,6 +671,10 @@ def parser() -> argparse.ArgumentParser:
                         f"{TWIN_SCHEDULER} is prism at {twin.TWIN_REV} (v2), loaded beside "
                         "prism in the same boots, for a paired comparison")
     p.add_argument("--reps", type=int, default=5, help="repetitions (default 5)")
+    p.add_argument("--boots", type=int, default=1,
+                   help="split the repetitions over this many VM boots, one after another "
+                        "(default 1): each boot interleaves the schedulers; for the CPU-bound "
+                        "profiles, whose figures move with the boot")
     p.add_argument("--runtime", type=int, default=20, help="seconds per run (default 20)")
     p.add_argument("--ramp", type=int, default=2, help="ramp seconds before measuring (default 2)")
     _bench_device_options(p, default="nullb-ssd")

@@ -468,15 +468,39 @@ def test_all_workloads_have_job_files():
             assert f"[{w.high_job}]" in base and f"[{w.high_job}]" in w.jobfile.read_text()
 
 
+def test_boots_split_the_repetitions_and_each_interleaves():
+    """--boots: every repetition runs in exactly one boot, the boots' shares
+    differ by one at most, and a boot's schedule interleaves every scheduler
+    in each of its repetitions, numbered as in one boot."""
+    from prism.guest import benchrun
+    plan = {"reps": 7, "boots": 3, "workloads": ["w"], "schedulers": ["a", "b"]}
+    parts = bench.boot_parts(plan)
+    assert parts == [(0, 2), (2, 4), (4, 7)]
+    runs = [r for part in parts for r in benchrun.schedule(dict(plan, rep_range=part))]
+    assert sorted((r["rep"], r["scheduler"]) for r in runs) == \
+        [(rep, s) for rep in range(7) for s in "ab"]
+    assert len({r["dir"] for r in runs}) == len(runs)
+    assert bench.boot_parts({"reps": 5}) == [(0, 5)]
+    assert len(benchrun.schedule(dict(plan, boots=1))) == 14
+
+
+def test_boots_are_checked_before_anything_runs():
+    import argparse
+    for boots, device in ((0, "nullb-cpu"), (6, "nullb-cpu"), (2, "/dev/sda")):
+        args = argparse.Namespace(reps=5, boots=boots, runtime=5, ramp=1, device=device)
+        with pytest.raises(bench.UsageError, match="--boots"):
+            bench.validate(args)
+
+
 def test_every_job_file_parses(tmp_path):
     """fio itself parses every workload's job file with the variables the
-    guest sets (benchrun: DEV, DIR, RUNTIME, RAMP): an unknown option or
+    guest sets (benchrun: DEV, DIR, RUNTIME, RAMP, LAST_CPU): an unknown option or
     value fails here, on the host, in a second (the VM test below runs
     one workload of each kind, not every job file)."""
     if not shutil.which("fio"):
         pytest.skip("fio not installed (apt-get install fio; scripts/setup.sh does)")
     env = {"PATH": "/usr/bin:/bin", "DEV": "/dev/null", "DIR": str(tmp_path),
-           "RUNTIME": "1", "RAMP": "0"}
+           "RUNTIME": "1", "RAMP": "0", "LAST_CPU": "0"}
     files = [w.jobfile for w in workloads.WORKLOADS.values() if w.jobfile.exists()]
     assert len(files) >= 25
     for f in files:

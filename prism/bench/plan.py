@@ -264,6 +264,8 @@ def make_plan(args) -> dict:
             "schedulers": parse_schedulers(args.schedulers),
             "reps": args.reps, "runtime": args.runtime, "ramp": args.ramp,
             "source": source_revision()}
+    if getattr(args, "boots", 1) > 1:
+        plan["boots"] = args.boots
     if names_twin(plan["schedulers"]):
         # Which code the twin's name stood for, for the report.
         plan["twin"] = twin.describe()
@@ -284,6 +286,12 @@ def validate(args) -> None:
         raise PrismError("fio not found (apt-get install fio)")
     if args.reps < 1 or args.runtime < 1 or args.ramp < 0:
         raise UsageError("--reps and --runtime must be at least 1, --ramp at least 0")
+    boots = getattr(args, "boots", 1)
+    if boots < 1 or boots > args.reps:
+        raise UsageError(f"--boots must be from 1 to --reps ({args.reps}): each boot "
+                         "runs some of the repetitions")
+    if boots > 1 and args.device.startswith("/"):
+        raise UsageError("--boots is for the VM profiles: a real device is not booted")
     if not args.device.startswith("/") and args.device not in VM_PROFILES:
         raise UsageError(f"unknown device {args.device!r}: a profile ("
                          + ", ".join(VM_PROFILES) + ") or a /dev path")
@@ -317,12 +325,30 @@ def with_database(plan: dict) -> dict:
     return dict(plan, pgbench_image=str(pgimage.image(plan["pgbench_scale"])))
 
 
+def rep_range(plan: dict) -> tuple[int, int]:
+    """The repetitions (from, to: 0-based, end excluded) that one boot runs."""
+    lo, hi = plan.get("rep_range", (0, plan["reps"]))
+    return lo, hi
+
+
+def boot_parts(plan: dict) -> list[tuple[int, int]]:
+    """--boots: the repetitions split into that many boots as evenly as
+    they go, each boot interleaving the schedulers as one boot does, so
+    that each repetition still pairs runs of one boot. A boot's state (the
+    host's load, where the guest's memory and threads land) moves a whole
+    boot's figures together on the CPU-bound profiles; spreading the
+    repetitions over boots keeps one boot's state from deciding a median."""
+    boots, reps = plan.get("boots", 1), plan["reps"]
+    edges = [reps * i // boots for i in range(boots + 1)]
+    return [(edges[i], edges[i + 1]) for i in range(boots)]
+
+
 def boot_budget(plan: dict) -> float:
     """Seconds a benchmark boot may take: every run's ramp and runtime
     with room for its set-up (a fresh device, a database started and
     stopped), and for writing the pgbench image: a 75-run plan outlived
     the VM's default 30-minute limit and was killed at run 68."""
-    runs = len(plan["workloads"]) * len(plan["schedulers"]) * plan["reps"]
+    runs = len(plan["workloads"]) * len(plan["schedulers"]) * len(range(*rep_range(plan)))
     per_run = plan["runtime"] + plan["ramp"] + (60 if "pgbench_scale" in plan else 20)
     return runs * per_run + 600
 
@@ -359,8 +385,10 @@ def run_in_vm(k: kernels.Kernel, plan: dict, args) -> tuple[Path, list[dict]]:
         plan["twin_ko"] = str(twin_ko)
     disks = bench_disks(plan, args, rundir)
     (rundir / "plan.json").write_text(json.dumps(plan, indent=1))
-    kernels.log(f"{k.series}: {len(plan['workloads']) * len(plan['schedulers']) * plan['reps']} "
-                f"runs in one boot; raw output in {rundir / 'bench'}")
+    lo, hi = rep_range(plan)
+    kernels.log(f"{k.series}: {len(plan['workloads']) * len(plan['schedulers']) * (hi - lo)} "
+                f"runs in one boot (repetitions {lo + 1}-{hi} of {plan['reps']}); "
+                f"raw output in {rundir / 'bench'}")
     res = vm.run(k, "python3 -m prism.guest.benchrun --plan plan.json --out bench", ko=ko,
                  twin_ko=twin_ko, disks=disks, memory=args.memory, cpus=args.cpus, rundir=rundir,
                  accel=args.accel,
@@ -465,11 +493,19 @@ def run(args, command: str | None = None) -> list[dict]:
         runs += got
     else:
         for k in kernels.parse_booted(args.kernel):
-            raw, got = run_in_vm(k, plan, args)
             dest = out / "raw" / k.series
             shutil.rmtree(dest, ignore_errors=True)
-            shutil.copytree(raw, dest)
-            runs += got
+            metas: list[dict] = []
+            for part in boot_parts(plan):
+                raw, got = run_in_vm(k, dict(plan, rep_range=part), args)
+                # One raw directory per kernel: the run directories are
+                # named by repetition, so the boots' never collide; the
+                # manifest lists them all.
+                shutil.copytree(raw, dest, dirs_exist_ok=True)
+                metas += json.loads((raw / "manifest.json").read_text())["runs"]
+                (dest / "manifest.json").write_text(
+                    json.dumps({"plan": plan, "runs": metas}, indent=1))
+                runs += got
     summaries = report.write_all(out, command, plan, runs)
     archive_raw(out)
     print(report.headline(summaries, plan["workloads"][-1]))

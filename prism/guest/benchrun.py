@@ -194,8 +194,10 @@ def run_one(run: dict, device: Device, plan: dict, rundir: Path) -> dict:
     device.reset(keep_data=workload.filesystem)
     apply_scheduler(device.name, run["scheduler"], device.profile, workload.latency_hist)
     rundir.mkdir(parents=True, exist_ok=True)
+    # LAST_CPU: the highest CPU, for a job file that gives each of two
+    # jobs a CPU of its own (CPU 0 alone in a one-CPU guest).
     env = dict(os.environ, DEV=device.dev, RUNTIME=str(plan["runtime"]),
-               RAMP=str(plan["ramp"]))
+               RAMP=str(plan["ramp"]), LAST_CPU=str(max(0, (os.cpu_count() or 1) - 1)))
     if workload.filesystem:
         env["DIR"] = str(make_filesystem(device))
     try:
@@ -422,7 +424,9 @@ def schedule(plan: dict) -> list[dict]:
     """Interleaved order: every scheduler once per workload per repetition,
     so slow drift in the machine hits all schedulers alike."""
     runs = []
-    for rep in range(plan["reps"]):
+    # This boot's share of the repetitions (prism bench run --boots).
+    lo, hi = plan.get("rep_range", (0, plan["reps"]))
+    for rep in range(lo, hi):
         for workload in plan["workloads"]:
             for sched in plan["schedulers"]:
                 runs.append({"rep": rep, "workload": workload, "scheduler": sched})
