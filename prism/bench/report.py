@@ -634,7 +634,7 @@ def report_md(out: Path, command: str, plan: dict, runs: list[dict],
         f"Kernel(s): {', '.join(kernels)}. Device profile: {plan['profile']}"
         + (f" ({plan['device']})" if plan.get("device") else "")
         + f". {plan['reps']} repetitions of {plan['runtime']} s after {plan['ramp']} s ramp,"
-        + (f" over {plan['boots']} boots" if plan.get("boots", 1) > 1 else "")
+        + (f" over {plan['boots']} boots," if plan.get("boots", 1) > 1 else "")
         + " schedulers interleaved. Figures: mean ± 95% interval over the repetitions.",
         "",
         (f"Guest: {plan['vcpus']} vCPU{'s' if plan['vcpus'] != 1 else ''}. "
