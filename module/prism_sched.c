@@ -569,9 +569,14 @@ static __always_inline void prism_dispatch_out(struct prism_data *pd,
 	__prism_remove_request(pd, q, rq, st, tq, fl);
 	tq->dispatched++;
 	if (st & PRISM_RQ_DIRECT) {
-		/* By the lane: the flow's statistics, not its virtual time. */
+		/*
+		 * By the lane: the flow's statistics, not its virtual time.
+		 * A start served here was never activated: the flow's next
+		 * activation is no start (prism_flow_activate()).
+		 */
 		tq->direct++;
 		prism_flow_served(pd, prism_tun(pd), fl, rq);
+		fl->starting = false;
 	}
 	st = prism_rq_state(rq);	/* as the removal left it */
 	if (st & PRISM_RQ_FOREIGN) {
