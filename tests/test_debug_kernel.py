@@ -302,7 +302,8 @@ def test_a_debug_kernels_selftest_runs_the_lifecycles_checks(monkeypatch, tmp_pa
     monkeypatch.setattr(cli, "_run_vm", run_vm)
     cli.main(["selftest", "--kernel", "6.12-debug"])
     skip = ran[-1].split("--skip ")[1].split()[0].split(",")
-    assert set(skip) == set(selftest.SAME_ON_EVERY_KERNEL) | {"status_tool", "tag_reserve"}
+    assert set(skip) == set(selftest.SAME_ON_EVERY_KERNEL) | {"status_tool", "tag_reserve",
+                                                              "writeback_low"}
     cli.main(["selftest", "--kernel", "6.12-debug", "--only", "status_tool"])
     assert "--skip" not in ran[-1] and "--only status_tool" in ran[-1]
     cli.main(["selftest", "--kernel", "6.12"])
