@@ -303,6 +303,15 @@ def cmd_profile(args) -> int:
 # it.
 DEBUG_KERNEL_SKIPS = selftest.SAME_ON_EVERY_KERNEL + ["status_tool", "tag_reserve",
                                                       "writeback_low"]
+# What a debug kernel's selftest runs in a boot of its own after the
+# others: shared_tags, whose removal of its scsi_debug disk (rmmod, after
+# the others' writeback and the NVMe disk's probe) makes 6.12.118's lockdep
+# report a cycle in the kernel's own code (q_usage_counter, the NVMe
+# scan's limits_lock, writeback's work, del_gendisk; no prism frame in any
+# of its stacks), in two boots of two on 2026-12-05. Lockdep turns itself
+# off after its first report, so the checks after it would run unwatched;
+# alone, shared_tags leaves a clean log.
+DEBUG_OWN_BOOT = ["shared_tags"]
 # The stress check's time bounds on a debug kernel, times Debian's.
 DEBUG_STRESS_SLOWDOWN = 4
 
@@ -311,20 +320,23 @@ def cmd_selftest(args) -> int:
     status = 0
     for k in _booted(args.kernel):
         args.device = "selftest" if args.suite == "main" else "selftest-cloud"
-        which = f" --only {args.only}" if args.only else ""
+        passes = [f" --only {args.only}" if args.only else ""]
         if k.debug and args.suite == "main" and not args.only:
             kernels.log(f"{k.name}: the request lifecycle's checks; left out: "
-                        + ", ".join(DEBUG_KERNEL_SKIPS) + " (--only runs any)")
-            which = " --skip " + ",".join(DEBUG_KERNEL_SKIPS)
-        res = _run_vm(k, f"python3 -m prism.guest.selftest --suite {args.suite} "
-                         f"--out results.json{which}", args)
-        clean = _report_log(res)
-        out = res.rundir / "results.json"
-        results = json.loads(out.read_text()) if out.exists() else {}
-        for name, r in results.items():
-            kernels.log(f"{k.name} {name}: {'ok' if r.get('ok') else 'FAILED'}")
-        if res.returncode != 0 or not clean or not results:
-            status = 1
+                        + ", ".join(DEBUG_KERNEL_SKIPS) + " (--only runs any); "
+                        + ", ".join(DEBUG_OWN_BOOT) + " in a boot of its own")
+            passes = [" --skip " + ",".join(DEBUG_KERNEL_SKIPS + DEBUG_OWN_BOOT),
+                      " --only " + ",".join(DEBUG_OWN_BOOT)]
+        for which in passes:
+            res = _run_vm(k, f"python3 -m prism.guest.selftest --suite {args.suite} "
+                             f"--out results.json{which}", args)
+            clean = _report_log(res)
+            out = res.rundir / "results.json"
+            results = json.loads(out.read_text()) if out.exists() else {}
+            for name, r in results.items():
+                kernels.log(f"{k.name} {name}: {'ok' if r.get('ok') else 'FAILED'}")
+            if res.returncode != 0 or not clean or not results:
+                status = 1
     return status
 
 
