@@ -21,7 +21,7 @@ from pathlib import Path
 from ..common import stats, workloads
 from ..common.errors import PrismError, UsageError
 from ..drives import diskmodel
-from ..guest.benchrun import MODEL_PROFILES, NULLB_PROFILES, parse_scheduler
+from ..guest.benchrun import MODEL_PROFILES, NULLB_PROFILES, parse_scheduler, rep_range
 from ..guest.system import NVME_SERIAL, PGIMAGE_SERIAL, TWIN_LOADED, TWIN_SCHEDULER, VIRTIO_SERIAL
 from ..host import build, kernels, pgimage, twin, vm
 from . import report
@@ -325,12 +325,6 @@ def with_database(plan: dict) -> dict:
     return dict(plan, pgbench_image=str(pgimage.image(plan["pgbench_scale"])))
 
 
-def rep_range(plan: dict) -> tuple[int, int]:
-    """The repetitions (from, to: 0-based, end excluded) that one boot runs."""
-    lo, hi = plan.get("rep_range", (0, plan["reps"]))
-    return lo, hi
-
-
 def boot_parts(plan: dict) -> list[tuple[int, int]]:
     """--boots: the repetitions split into that many boots as evenly as
     they go, each boot interleaving the schedulers as one boot does, so
@@ -348,7 +342,8 @@ def boot_budget(plan: dict) -> float:
     with room for its set-up (a fresh device, a database started and
     stopped), and for writing the pgbench image: a 75-run plan outlived
     the VM's default 30-minute limit and was killed at run 68."""
-    runs = len(plan["workloads"]) * len(plan["schedulers"]) * len(range(*rep_range(plan)))
+    lo, hi = rep_range(plan)
+    runs = len(plan["workloads"]) * len(plan["schedulers"]) * (hi - lo)
     per_run = plan["runtime"] + plan["ramp"] + (60 if "pgbench_scale" in plan else 20)
     return runs * per_run + 600
 

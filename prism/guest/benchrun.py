@@ -420,13 +420,18 @@ def _measure(run: dict, device: Device, plan: dict, rundir: Path, env: dict,
     return marks.write_meta(run, device, rundir, **extra)
 
 
+def rep_range(plan: dict) -> tuple[int, int]:
+    """The repetitions (from, to: 0-based, end excluded) that one boot
+    runs: all of them, or its share under prism bench run --boots."""
+    lo, hi = plan.get("rep_range", (0, plan["reps"]))
+    return lo, hi
+
+
 def schedule(plan: dict) -> list[dict]:
     """Interleaved order: every scheduler once per workload per repetition,
     so slow drift in the machine hits all schedulers alike."""
     runs = []
-    # This boot's share of the repetitions (prism bench run --boots).
-    lo, hi = plan.get("rep_range", (0, plan["reps"]))
-    for rep in range(lo, hi):
+    for rep in range(*rep_range(plan)):
         for workload in plan["workloads"]:
             for sched in plan["schedulers"]:
                 runs.append({"rep": rep, "workload": workload, "scheduler": sched})
