@@ -14,7 +14,8 @@ results.json schema (version 1):
                                       the same once a second from the end of
                                       the ramp; the last five since
                                       2026-12-05),
-             "twin_flight"?, "twin_flight_series"? (the same of prism-v2),
+             "twin_flight"?, "twin_flight_series"?, "twin_tiers"?,
+             "twin_latency"? (the same of prism-v2),
              "prism_cost"? (its cost model at the run's end, debugfs "cost"
                             by line: "model", "cost_ns", "learning",
                             "learned"?, each {key: value as text}),
@@ -84,7 +85,7 @@ def collect(raw: Path, kernel: str) -> list[dict]:
         if meta.get("prism_flight_series"):
             run["prism_flight_series"] = meta["prism_flight_series"]
         # prism-v2's controller, for a paired look (no table reads it yet).
-        for key in ("twin_flight", "twin_flight_series"):
+        for key in ("twin_flight", "twin_flight_series", "twin_tiers", "twin_latency"):
             if meta.get(key):
                 run[key] = meta[key]
         if (rundir / "jobs.json").exists():

@@ -289,8 +289,15 @@ class RunMarks:
             meta["prism_cost"] = g.prism_cost(device.name)
             meta["prism_flight_series"] = self.flight_series
         elif parse_scheduler(run["scheduler"])[0] == g.TWIN_SCHEDULER:
+            # v2's debugfs files share prism's names and formats (v2
+            # wrote them first); a file it lacks is left out.
             with contextlib.suppress(OSError, ValueError):
                 meta["twin_flight"] = g.prism_flight(device.name)
+            with contextlib.suppress(OSError, ValueError):
+                meta["twin_tiers"] = g.prism_tiers(device.name)
+            if self.latency_hist:
+                with contextlib.suppress(OSError, ValueError):
+                    meta["twin_latency"] = g.prism_latency(device.name)
             meta["twin_flight_series"] = self.flight_series
         (rundir / "meta.json").write_text(json.dumps(meta, indent=1))
         return meta
