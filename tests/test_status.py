@@ -90,6 +90,7 @@ def test_status_reads_prism_and_names_what_changed(fake):
     assert "tunables away from the defaults: low_share=5" in text
     assert "at most 2 of 32" in text and "held: 120 for a window, 45 for depth" in text
     assert "device high read" in text and "vda: mq-deadline" in text
+    assert "prism is not active here" in text.split("vda: mq-deadline")[1]
     # Cgroup flows, the most served first, a path with a space whole.
     db = sda["cgroups"]["/system.slice/my db.service"]
     assert db["weight"] == 300 and db["cgroup"] == 4242 and db["owned"] == 5
@@ -207,3 +208,10 @@ def test_status_refuses_a_watch_of_no_time(fake, capsys):
     with pytest.raises(SystemExit) as e:
         cli.main(["status", "--watch", "0"])
     assert e.value.code == 2 and "not a number of seconds above 0" in capsys.readouterr().err
+
+
+def test_status_says_when_prism_is_not_loaded():
+    rec = {"dev": "nvme0n1", "scheduler": "none", "rotational": False, "nr_requests": 1023,
+           "offered": ["none", "mq-deadline"]}
+    text = status.format_status([rec])
+    assert "prism is not active here, nor loaded (modprobe prism-iosched)" in text

@@ -100,6 +100,21 @@ def test_vm_autoloads_the_dkms_module(boot):
 
 
 @pytest.mark.vm
+def test_vm_udev_rules_are_the_installed_packages(boot, kernel, request):
+    """The udev check applied the rules prism-iosched-dkms installed
+    (/usr/share/prism-iosched/udev, on the host the guest shares), not the
+    checkout's, wherever the session installed the package."""
+    skip_if_left_out(kernel, request.config, "udev_rules")
+    res, results = boot
+    if "not_run" in results.get("autoload", {"not_run": "no autoload result"}):
+        pytest.skip("the session did not install the package: "
+                    + results.get("autoload", {}).get("not_run", "no autoload result"))
+    r = results.get("udev_rules")
+    assert r, f"the udev_rules check did not run (guest exit {res.returncode})"
+    assert r.get("rules_from") == "/usr/share/prism-iosched/udev", r.get("rules_from")
+
+
+@pytest.mark.vm
 @pytest.mark.parametrize("check", CHECK_NAMES)
 def test_vm_check(boot, check, kernel, request):
     skip_if_left_out(kernel, request.config, check)

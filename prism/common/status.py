@@ -293,6 +293,13 @@ def format_status(records: list[dict]) -> str:
         out.append(f"{r['dev']}: {r['scheduler']} ({media}, nr_requests {r['nr_requests']}; "
                    f"offered: {' '.join(r['offered'])})")
         if r["scheduler"] != "prism":
+            # Said in words: a reader looking for prism's figures should
+            # not have to infer from their absence that it is not in use.
+            if "prism" in r["offered"]:
+                out.append(f"  prism is not active here (echo prism > "
+                           f"/sys/block/{r['dev']}/queue/scheduler)")
+            else:
+                out.append("  prism is not active here, nor loaded (modprobe prism-iosched)")
             continue
         changed = " ".join(f"{k}={v}" for k, v in r["changed"].items())
         out.append(f"  tunables away from the defaults: {changed or 'none'}")

@@ -3117,7 +3117,8 @@ def check_status_tool(ctx) -> dict:
             "latency": sorted(mine.get("latency", {})),
             "all_served": started(recs),
             "other": {k: recs.get(other, {}).get(k) for k in ("scheduler", "tiers")},
-            "spaced_in_text": SPACED_COMM in text})
+            "spaced_in_text": SPACED_COMM in text,
+            "other_said": "prism is not active here" in run_status(other).stdout})
         if not (SECURITYFS / "lockdown").exists():
             g.sh(f"mount -t securityfs none {SECURITYFS}", check=False)
         lock = SECURITYFS / "lockdown"
@@ -3145,6 +3146,7 @@ def check_status_tool(ctx) -> dict:
     ok = (b["rc"] == 0 and b["tiers"] == tiers and b["flight_keys"] >= 8
           and b["all_served"]
           and b["other"] == {"scheduler": "none", "tiers": None} and b["spaced_in_text"]
+          and b["other_said"]
           and out.get("lockdown") == "none [integrity] confidentiality"
           and lk.get("rc") == 0 and lk.get("tiers") == tiers and lk.get("latency") == {}
           and "kernel lockdown (integrity) hides the latency" in lk.get("text", "")
@@ -3153,7 +3155,19 @@ def check_status_tool(ctx) -> dict:
 
 
 UDEV_RULES = Path(__file__).resolve().parents[2] / "packaging" / "udev"
+# Where prism-iosched-dkms installs them. The test session installs the
+# package on the host before the main boots (tests/conftest.py's
+# dkms_package), and the guest sees the host's root: then the rules
+# checked are the package's own, as an administrator would link them.
+UDEV_PACKAGE_RULES = Path("/usr/share/prism-iosched/udev")
 UDEV_RUN_RULES = Path("/run/udev/rules.d")
+
+
+def udev_rules_dir() -> Path:
+    """The installed package's rules if there are any, else the checkout's."""
+    if (UDEV_PACKAGE_RULES / "61-prism-settings.rules").exists():
+        return UDEV_PACKAGE_RULES
+    return UDEV_RULES
 
 
 def settings_rules_for(dev: str) -> str:
@@ -3161,7 +3175,7 @@ def settings_rules_for(dev: str) -> str:
     the per-disk one matched to @dev by name (null_blk has no serial), and
     a value the module refuses after them."""
     out = []
-    for line in (UDEV_RULES / "61-prism-settings.rules").read_text().splitlines():
+    for line in (udev_rules_dir() / "61-prism-settings.rules").read_text().splitlines():
         if line.startswith(("#ATTR", "#ENV")):
             line = line[1:]
         if line.startswith("ENV{ID_SERIAL}=="):
@@ -3211,12 +3225,12 @@ def check_udev_rules(ctx) -> dict:
     try:
         g.set_scheduler(dev, "none")
         rotational = (g.SYS_BLOCK / dev / "queue" / "rotational").read_text().strip()
-        shutil.copy2(UDEV_RULES / "60-prism-rotational.rules", installed[0])
+        shutil.copy2(udev_rules_dir() / "60-prism-rotational.rules", installed[0])
         installed[2].write_text(settings_rules_for(dev))
         trigger()
         out["rotational_rule"] = {"rotational": rotational, **state(dev)}
         installed[0].unlink()
-        shutil.copy2(UDEV_RULES / "60-prism-all.rules", installed[1])
+        shutil.copy2(udev_rules_dir() / "60-prism-all.rules", installed[1])
         g.set_scheduler(dev, "none")
         trigger()
         out["change"] = state(dev)
@@ -3245,7 +3259,7 @@ def check_udev_rules(ctx) -> dict:
           and out["added"]["nr_requests"] == "64"
           and all(out["added"][k] == v for k, v in set_.items())
           and out["added"]["low_rate_kbps"] == "0")
-    return {"ok": ok, "udevd_started": started, **out}
+    return {"ok": ok, "udevd_started": started, "rules_from": str(udev_rules_dir()), **out}
 
 
 CHECKS = [
