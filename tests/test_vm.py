@@ -102,8 +102,9 @@ def test_vm_autoloads_the_dkms_module(boot):
 @pytest.mark.vm
 def test_vm_udev_rules_are_the_installed_packages(boot, kernel, request):
     """The udev check applied the rules prism-iosched-dkms installed
-    (/usr/share/prism-iosched/udev, on the host the guest shares), not the
-    checkout's, wherever the session installed the package."""
+    (/usr/share/prism-iosched/udev, on the host the guest shares), and
+    status_tool ran its /usr/sbin/prism-status, not the checkout's
+    copies, wherever the session installed the package."""
     skip_if_left_out(kernel, request.config, "udev_rules")
     res, results = boot
     if "not_run" in results.get("autoload", {"not_run": "no autoload result"}):
@@ -112,6 +113,10 @@ def test_vm_udev_rules_are_the_installed_packages(boot, kernel, request):
     r = results.get("udev_rules")
     assert r, f"the udev_rules check did not run (guest exit {res.returncode})"
     assert r.get("rules_from") == "/usr/share/prism-iosched/udev", r.get("rules_from")
+    # prism-status likewise: the package's script, not the checkout's.
+    st = results.get("status_tool")
+    if st is not None:
+        assert st.get("script") == "/usr/sbin/prism-status", st.get("script")
 
 
 @pytest.mark.vm

@@ -3057,6 +3057,9 @@ SPACED_READER = (
     "        pass\n")
 
 
+PACKAGE_STATUS = Path("/usr/sbin/prism-status")
+
+
 def check_status_tool(ctx) -> dict:
     """The shipped prism-status (this package's status.py run as a script,
     as /usr/sbin/prism-status is) on a busy prism queue: its tiers,
@@ -3075,7 +3078,9 @@ def check_status_tool(ctx) -> dict:
     g.set_scheduler(dev, "prism")
     g.set_scheduler(other, "none")
     g.prism_latency_keep(dev, True)
-    script = Path(status.__file__)
+    # The installed package's script when the session installed it (the
+    # host's root, shared), else this checkout's status.py: the same file.
+    script = PACKAGE_STATUS if PACKAGE_STATUS.exists() else Path(status.__file__)
 
     def run_status(*args: str) -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, "-I", str(script), *args], text=True,
@@ -3151,7 +3156,7 @@ def check_status_tool(ctx) -> dict:
           and lk.get("rc") == 0 and lk.get("tiers") == tiers and lk.get("latency") == {}
           and "kernel lockdown (integrity) hides the latency" in lk.get("text", "")
           and unloaded)
-    return {"ok": ok, "unloaded": unloaded, **out}
+    return {"ok": ok, "unloaded": unloaded, "script": str(script), **out}
 
 
 UDEV_RULES = Path(__file__).resolve().parents[2] / "packaging" / "udev"
