@@ -76,10 +76,11 @@ def test_the_readme_table_comes_from_the_named_reports(tmp_path):
                        {s: 10.0 * (i + 1) + k for k, s in enumerate(index.EXPECT_SCHEDULERS)})
     table = index.expect_table(tmp_path)
     rows = table.splitlines()
-    assert rows[0] == "| scheduler | hdd | hdd-ncq | cloud |"
-    assert rows[2] == "| none | 1.00x, 10.0 MiB/s | 2.00x, 20.0 MiB/s | 3.00x, 30.0 MiB/s |"
+    assert rows[0] == "| scheduler | hdd | hdd-ncq | ssd | cloud |"
+    assert rows[2] == ("| none | 1.00x, 10.0 MiB/s | 2.00x, 20.0 MiB/s | 3.00x, 30.0 MiB/s | "
+                       "4.00x, 40.0 MiB/s |")
     assert rows[6] == ("| prism | **1.40x, 14.0 MiB/s** | **2.40x, 24.0 MiB/s** | "
-                       "**3.40x, 34.0 MiB/s** |")
+                       "**3.40x, 34.0 MiB/s** | **4.40x, 44.0 MiB/s** |")
     assert "hdd [2026-12-04, `abcdef1`, 5 reps](docs/results/hdd-v3-v2-6.12/report.md)" \
         in rows[-1]
     readme = ("# x\n\nbefore\n" + index.EXPECT_BEGIN + "\nold table\n" + index.EXPECT_END
