@@ -107,9 +107,9 @@ def test_vm_udev_rules_are_the_installed_packages(boot, kernel, request):
     copies, wherever the session installed the package."""
     skip_if_left_out(kernel, request.config, "udev_rules")
     res, results = boot
-    if "not_run" in results.get("autoload", {"not_run": "no autoload result"}):
-        pytest.skip("the session did not install the package: "
-                    + results.get("autoload", {}).get("not_run", "no autoload result"))
+    pkg = request.getfixturevalue("dkms_package")
+    if pkg.install is None or pkg.install.returncode != 0:
+        pytest.skip(f"the session did not install the package: {pkg.why_not or 'apt failed'}")
     r = results.get("udev_rules")
     assert r, f"the udev_rules check did not run (guest exit {res.returncode})"
     assert r.get("rules_from") == "/usr/share/prism-iosched/udev", r.get("rules_from")
