@@ -3112,7 +3112,9 @@ def check_status_tool(ctx) -> dict:
             recs = {r["dev"]: r for r in json.loads(busy.stdout)} if busy.returncode == 0 else {}
             if busy.returncode or started(recs):
                 break
-        text = run_status(dev).stdout
+        # Both disks in one run: the words for a disk without prism can
+        # only come from the other disk's block.
+        text = run_status(dev, other).stdout
         out["busy"] = {"rc": busy.returncode, "stderr": busy.stderr[-500:]}
         mine = recs.get(dev, {})
         out["busy"].update({
@@ -3123,7 +3125,7 @@ def check_status_tool(ctx) -> dict:
             "all_served": started(recs),
             "other": {k: recs.get(other, {}).get(k) for k in ("scheduler", "tiers")},
             "spaced_in_text": SPACED_COMM in text,
-            "other_said": "prism is not active here" in run_status(other).stdout})
+            "other_said": "prism is not active here" in text})
         if not (SECURITYFS / "lockdown").exists():
             g.sh(f"mount -t securityfs none {SECURITYFS}", check=False)
         lock = SECURITYFS / "lockdown"
@@ -3175,12 +3177,12 @@ def udev_rules_dir() -> Path:
     return UDEV_RULES
 
 
-def settings_rules_for(dev: str) -> str:
-    """The shipped 61-prism-settings.rules with its examples uncommented,
-    the per-disk one matched to @dev by name (null_blk has no serial), and
-    a value the module refuses after them."""
+def settings_rules_for(dev: str, rules: Path) -> str:
+    """The shipped 61-prism-settings.rules, from @rules, with its examples
+    uncommented, the per-disk one matched to @dev by name (null_blk has no
+    serial), and a value the module refuses after them."""
     out = []
-    for line in (udev_rules_dir() / "61-prism-settings.rules").read_text().splitlines():
+    for line in (rules / "61-prism-settings.rules").read_text().splitlines():
         if line.startswith(("#ATTR", "#ENV")):
             line = line[1:]
         if line.startswith("ENV{ID_SERIAL}=="):
@@ -3211,6 +3213,7 @@ def check_udev_rules(ctx) -> dict:
                 break
             time.sleep(0.1)
     UDEV_RUN_RULES.mkdir(parents=True, exist_ok=True)
+    rules = udev_rules_dir()
     installed = [UDEV_RUN_RULES / n for n in
                  ("60-prism-rotational.rules", "60-prism-all.rules", "61-prism-settings.rules")]
 
@@ -3230,12 +3233,12 @@ def check_udev_rules(ctx) -> dict:
     try:
         g.set_scheduler(dev, "none")
         rotational = (g.SYS_BLOCK / dev / "queue" / "rotational").read_text().strip()
-        shutil.copy2(udev_rules_dir() / "60-prism-rotational.rules", installed[0])
-        installed[2].write_text(settings_rules_for(dev))
+        shutil.copy2(rules / "60-prism-rotational.rules", installed[0])
+        installed[2].write_text(settings_rules_for(dev, rules))
         trigger()
         out["rotational_rule"] = {"rotational": rotational, **state(dev)}
         installed[0].unlink()
-        shutil.copy2(udev_rules_dir() / "60-prism-all.rules", installed[1])
+        shutil.copy2(rules / "60-prism-all.rules", installed[1])
         g.set_scheduler(dev, "none")
         trigger()
         out["change"] = state(dev)
@@ -3264,7 +3267,7 @@ def check_udev_rules(ctx) -> dict:
           and out["added"]["nr_requests"] == "64"
           and all(out["added"][k] == v for k, v in set_.items())
           and out["added"]["low_rate_kbps"] == "0")
-    return {"ok": ok, "udevd_started": started, "rules_from": str(udev_rules_dir()), **out}
+    return {"ok": ok, "udevd_started": started, "rules_from": str(rules), **out}
 
 
 CHECKS = [
