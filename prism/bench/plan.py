@@ -257,6 +257,23 @@ def source_revision() -> str | None:
     return head + ("+changes" if dirty else "")
 
 
+RESULTS_DIR = build.REPO / "docs" / "results"
+
+
+def check_committed(out: str, revision: str | None) -> None:
+    """Only committed source is measured into the repository's results:
+    a report under docs/results/ must say which commit it measured, so a
+    tree whose module or harness differs from its commit writes elsewhere
+    (an experiment's output directory)."""
+    target = Path(out).resolve()
+    if target != RESULTS_DIR and RESULTS_DIR not in target.parents:
+        return
+    if revision is None or revision.endswith("+changes"):
+        raise UsageError(f"--out {out}: docs/results/ holds reports of committed source "
+                         "only, and module/ or prism/ differ from HEAD (commit them, or "
+                         "write the report elsewhere)")
+
+
 def make_plan(args) -> dict:
     plan = {"profile": "real" if args.device.startswith("/") else args.device,
             "device": args.device if args.device.startswith("/") else None,
@@ -315,6 +332,8 @@ def validate(args) -> None:
         kernels.parse_booted(args.kernel)
     if names_twin(parse_schedulers(args.schedulers)):
         check_twin(args)
+    if getattr(args, "out", None):
+        check_committed(args.out, source_revision())
 
 
 def with_database(plan: dict) -> dict:
