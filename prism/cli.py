@@ -37,7 +37,7 @@ from .common import status as prism_status
 from .common import workloads
 from .common.errors import PrismError, Terminated, UsageError
 from .drives import diskmodel, nbd
-from .guest import selftest
+from .guest import checks, selftest
 from .guest.system import NVME_SERIAL, TWIN_SCHEDULER, VIRTIO_SERIAL
 from .host import blktests, build, debugkernel, insnprof, kernels, pgimage, pins, twin, vm
 
@@ -317,6 +317,9 @@ DEBUG_STRESS_SLOWDOWN = 4
 
 
 def cmd_selftest(args) -> int:
+    if args.list:
+        print(checks.listing())
+        return 0
     status = 0
     for k in _booted(args.kernel):
         args.device = "selftest" if args.suite == "main" else "selftest-cloud"
@@ -659,6 +662,9 @@ def parser() -> argparse.ArgumentParser:
     p = sub.add_parser("selftest", help="run the in-VM check suite (one boot per kernel)")
     _vm_options(p)
     p.add_argument("--only", help="comma-separated check names")
+    p.add_argument("--list", action="store_true",
+                   help="print the checks (name, area, suite, what each protects against) "
+                        "and exit, booting nothing")
     p.add_argument("--suite", choices=("main", "cloud"), default="main",
                    help="main (default): every check, on null_blk, virtio, NVMe and the "
                         "emulated HDD; cloud: the cloud volume's checks, in a boot of its own "
