@@ -15,7 +15,32 @@ from prism.guest import selftest
 from prism.host import build, kernels, vm
 
 REPO = Path(__file__).resolve().parent.parent
-RECORDED = REPO / "docs" / "results" / "demo-hdd-6.12"
+FIO_RUN = REPO / "tests" / "data" / "fio-run"
+
+
+def recorded_report(where: Path) -> Path:
+    """A report directory as prism bench run leaves it (results.json,
+    report.md, plots, raw.tar.xz), from the recorded fio run as baseline
+    and mix."""
+    import json
+
+    from prism.bench import plan as bench
+    from prism.bench import report
+    rep = where / "report"
+    raw = rep / "raw" / "6.12"
+    metas = []
+    for i, (w, s) in enumerate([("database_alone", "prism"), ("database_backup", "prism")]):
+        d = raw / f"{i:03d}-{w}-{s}-r0"
+        shutil.copytree(FIO_RUN, d)
+        meta = json.loads((d / "meta.json").read_text())
+        meta.update(workload=w, scheduler=s, rep=0, dir=d.name)
+        metas.append(meta)
+    plan = {"profile": "nullb-ssd", "reps": 1, "runtime": 3, "ramp": 1,
+            "workloads": ["database_alone", "database_backup"], "schedulers": ["prism"]}
+    (raw / "manifest.json").write_text(json.dumps({"plan": plan, "runs": metas}))
+    report.write_all(rep, "prism bench run recorded", plan, report.collect(raw, "6.12"))
+    bench.archive_raw(rep)
+    return rep
 
 
 @pytest.fixture
@@ -169,6 +194,7 @@ def test_in_tree_tunables_exist_in_the_kernels_source():
 # --- prism bench report --out ---------------------------------------------
 
 def test_a_committed_report_is_rebuilt_elsewhere_untouched(tmp_path):
+    RECORDED = recorded_report(tmp_path)
     before = {p.name: p.read_bytes() for p in RECORDED.iterdir()}
     out = tmp_path / "again"
     assert cli.main(["bench", "report", str(RECORDED), "--out", str(out)]) == 0
