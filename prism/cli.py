@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import signal
 import sys
 import time
@@ -427,33 +428,60 @@ def cmd_bench_report(args) -> int:
     return 0
 
 
+def _write_or_check(outputs: dict[Path, str], check: bool, what: str) -> int:
+    """Write each stale output, or with @check only name them (exit 1)."""
+    stale = [out for out, text in outputs.items()
+             if not out.exists() or out.read_text() != text]
+    if check:
+        for out in stale:
+            print(f"{out} is not current: run {what}", file=sys.stderr)
+        return 1 if stale else 0
+    for out in stale:
+        out.write_text(outputs[out])
+        print(f"prism: wrote {out}")
+    return 0
+
+
 def cmd_bench_index(args) -> int:
     """docs/results/README.md from the reports' results.json."""
     from .bench import index
     results = Path(args.results)
     if not results.is_dir():
         raise UsageError(f"{results}: no such directory")
-    outputs = {results / "README.md": index.index_md(results)}
-    readme = Path(args.readme) if args.readme else None
-    if readme:
-        try:
-            outputs[readme] = index.readme_with_table(readme.read_text(),
-                                                      index.expect_table(results))
-        except (OSError, ValueError) as e:
-            raise UsageError(str(e)) from None
-    stale = [out for out, text in outputs.items()
-             if not out.exists() or out.read_text() != text]
-    if args.check:
-        for out in stale:
-            print(f"{out} is not current: run prism bench index", file=sys.stderr)
-        return 1 if stale else 0
-    for out in stale:
-        out.write_text(outputs[out])
-        print(f"prism: wrote {out}")
-    print(f"prism: {len(index.load(results))} reports indexed"
-          + (f"; {readme}'s table from {', '.join(n for _, n in index.EXPECT_REPORTS)}"
-             if readme else ""))
-    return 0
+    rc = _write_or_check({results / "README.md": index.index_md(results)}, args.check,
+                         "prism bench index")
+    if not args.check:
+        print(f"prism: {len(index.load(results))} reports indexed")
+    return rc
+
+
+def cmd_bench_aims(args) -> int:
+    """Run the plan's runs asked for, then docs/aims.md, the README's
+    table and the results index from the reports."""
+    from .bench import aims, index
+    the = aims.load(Path(args.plan))
+    names = list(the["run"]) if args.all else args.run
+    unknown = [n for n in names if n not in the["run"]]
+    if unknown:
+        raise UsageError(f"no run {', '.join(unknown)} in {args.plan} (runs: "
+                         + ", ".join(the["run"]) + ")")
+    if names and args.check:
+        raise UsageError("--check runs nothing: give it without --run or --all")
+    # Every run's arguments are checked before the first boots.
+    ap = parser()
+    parsed = [(n, ap.parse_args(["bench", "run", *aims.command(the, n)])) for n in names]
+    for _, a in parsed:
+        plan.validate(a)
+    for n, a in parsed:
+        line = "prism bench run " + shlex.join(aims.command(the, n))
+        kernels.log(f"aims: run {n}: {line}")
+        plan.run(a, line)
+    outputs = {aims.AIMS_MD: aims.aims_md(the),
+               aims.RESULTS / "README.md": index.index_md(aims.RESULTS)}
+    if aims.README.exists():
+        outputs[aims.README] = aims.readme_with_table(aims.README.read_text(),
+                                                      aims.expect_table(the))
+    return _write_or_check(outputs, args.check, "prism bench aims")
 
 
 def cmd_bench_list(args) -> int:
@@ -708,18 +736,32 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="directory for the report")
     p.set_defaults(func=cmd_bench_run)
     p = bsub.add_parser("index", help="write docs/results/README.md, the index of the "
-                        "committed reports, and the README's \"What to expect\" table, "
-                        "from their results.json")
+                        "committed reports, from their results.json")
     p.add_argument("--results", default=str(Path(__file__).resolve().parents[1] / "docs"
                                             / "results"),
                    help="the reports' directory (default: the checkout's docs/results)")
-    p.add_argument("--readme", default=str(Path(__file__).resolve().parents[1] / "README.md"),
-                   help="the README whose \"What to expect\" table is generated too "
-                        "(default: the checkout's; '' for none)")
     p.add_argument("--check", action="store_true",
-                   help="only say whether the index and the README's table are current "
-                        "(exit 1 if not)")
+                   help="only say whether the index is current (exit 1 if not)")
     p.set_defaults(func=cmd_bench_index)
+
+    p = bsub.add_parser("aims", help="run the release's aims (docs/aims.toml) and write "
+                        "docs/aims.md, the README's table and the results index",
+                        description="Run the runs of docs/aims.toml that are asked for "
+                        "(--run NAME, or --all), each a prism bench run into "
+                        "docs/results/NAME-KERNEL, then regenerate docs/aims.md (each aim's "
+                        "verdict, computed from its report), the README's \"What to "
+                        "expect\" table and docs/results/README.md. Without --run or "
+                        "--all it only regenerates them from the reports there.")
+    p.add_argument("--run", action="append", default=[], metavar="NAME",
+                   help="a run of the plan (repeatable)")
+    p.add_argument("--all", action="store_true", help="every run of the plan (hours)")
+    p.add_argument("--plan", default=str(Path(__file__).resolve().parents[1] / "docs"
+                                         / "aims.toml"),
+                   help="the plan (default: the checkout's docs/aims.toml)")
+    p.add_argument("--check", action="store_true",
+                   help="only say whether docs/aims.md, the README's table and the index "
+                        "are current (exit 1 if not)")
+    p.set_defaults(func=cmd_bench_aims)
 
     p = bsub.add_parser("report", help="write a report again from its raw runs")
     p.add_argument("dir", metavar="DIR", help="a report directory made by prism bench run")
