@@ -128,7 +128,7 @@ def cmd_build(args) -> int:
 def cmd_status(args) -> int:
     """What prism is doing on this machine's disks: sysfs and debugfs."""
     try:
-        return prism_status.run(args.devs, args.json, args.watch)
+        return prism_status.run(args.devs, args.json, args.watch, version=args.version)
     except ValueError as e:
         raise UsageError(str(e)) from None
 

@@ -20,10 +20,8 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 src="$work/prism-iosched-$version"
 mkdir -p "$src"
-cp -r module packaging "$src/"
-# prism-status: the harness's status module, which stands alone.
-mkdir -p "$src/prism/common"
-cp prism/common/status.py "$src/prism/common/"
+# tools/prism-status stands alone (the harness imports it as prism.common.status).
+cp -r module packaging tools "$src/"
 cp -r packaging/debian "$src/debian"
 cp module/dkms.conf "$src/debian/prism-iosched-dkms.dkms"
 cat >"$src/debian/changelog" <<CHANGES
