@@ -469,6 +469,10 @@ def cmd_bench_report(args) -> int:
     src = Path(args.dir)
     if not src.is_dir():
         raise UsageError(f"{src}: no such report directory")
+    # A report rebuilt into docs/results/ is one of committed source too.
+    if (src / "results.json").exists():
+        source = json.loads((src / "results.json").read_text()).get("plan", {}).get("source")
+        plan.check_committed(args.out or args.dir, source)
     plan.rebuild(src, Path(args.out) if args.out else None)
     return 0
 

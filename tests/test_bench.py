@@ -1118,3 +1118,14 @@ def test_only_committed_source_is_measured_into_docs_results(tmp_path, monkeypat
     monkeypatch.setattr(bench, "source_revision", lambda: "0123456789ab")
     args.out = str(bench.RESULTS_DIR / "hdd-try")
     bench.validate(args)
+
+
+def test_a_report_of_uncommitted_source_is_not_rebuilt_into_docs_results(tmp_path):
+    from prism import cli
+    src = tmp_path / "exp"
+    src.mkdir()
+    (src / "results.json").write_text(json.dumps({"plan": {"source": "abc+changes"},
+                                                  "runs": []}))
+    assert cli.main(["bench", "report", str(src), "--out",
+                     str(bench.RESULTS_DIR / "exp")]) == 2
+    assert not (bench.RESULTS_DIR / "exp").exists()

@@ -46,6 +46,24 @@ def test_the_index_lists_reports_and_what_supersedes_them(tmp_path):
     assert "[profile-6.12](profile-6.12/)" in text
 
 
+def test_a_smaller_run_supersedes_nothing(tmp_path):
+    """Eleven five-scheduler reports were once marked superseded by a
+    one-repetition run of prism alone: a later report supersedes only
+    with every scheduler and at least the repetitions of the earlier."""
+    _report(tmp_path, "full", "2026-11-01", ["database_backup"])
+    d = tmp_path / "smoke"
+    _report(tmp_path, "smoke", "2026-11-20", ["database_backup"], schedulers=("prism",))
+    reports = index.load(tmp_path)
+    assert index.superseded(reports) == {}
+    doc = json.loads((d / "results.json").read_text())
+    doc["plan"].update(schedulers=["none", "prism"], reps=1)
+    (d / "results.json").write_text(json.dumps(doc))
+    assert index.superseded(index.load(tmp_path)) == {}
+    doc["plan"]["reps"] = 5
+    (d / "results.json").write_text(json.dumps(doc))
+    assert index.superseded(index.load(tmp_path)) == {"full": "smoke"}
+
+
 def test_the_committed_index_is_current():
     """A report committed without `prism bench index` leaves the index
     behind: this says so."""

@@ -71,16 +71,17 @@ def headline(rep: dict) -> str:
 
 def superseded(reports: list[dict]) -> dict[str, str]:
     """Report dir -> the newest later report on the same device profile and
-    kernel whose workloads include all of its own, and prism at its
-    defaults if it had it (so it measured the same thing again, from a
-    later revision: a diagnosis that ran only variants supersedes
-    nothing)."""
+    kernel that measured the same thing again: its workloads include all
+    of the earlier one's, its schedulers too, and it ran at least as many
+    repetitions (a one-repetition smoke run of prism alone supersedes
+    nothing, nor does a diagnosis that ran only variants)."""
     out: dict[str, str] = {}
     for r in reports:
         later = [o for o in reports if o["created"] > r["created"]
                  and o["device_key"] == r["device_key"] and o["kernels"] == r["kernels"]
                  and set(r["workloads"]) <= set(o["workloads"]) and r["workloads"]
-                 and ("prism" not in r["schedulers"] or "prism" in o["schedulers"])]
+                 and set(r["schedulers"]) <= set(o["schedulers"])
+                 and (o["reps"] or 0) >= (r["reps"] or 0)]
         if later:
             out[r["dir"]] = max(later, key=lambda o: (o["created"], o["dir"]))["dir"]
     return out
