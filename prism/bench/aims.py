@@ -83,15 +83,18 @@ def _git(*args: str) -> subprocess.CompletedProcess:
 
 
 def provenance(source: str | None) -> str:
-    """"release": committed, an ancestor of HEAD, and its module/ and
-    harness the same as HEAD's; "earlier": committed and an ancestor, but
+    """"release": committed, an ancestor of HEAD, and the module it built
+    the same as HEAD's; "earlier": committed and an ancestor, but
     the module differs; "unbacked": uncommitted changes, or a commit that
     is not an ancestor of HEAD (or unknown), which cannot back an aim."""
     if not source or source.endswith("+changes"):
         return "unbacked"
     if _git("merge-base", "--is-ancestor", source, "HEAD").returncode != 0:
         return "unbacked"
-    same = _git("diff", "--quiet", source, "HEAD", "--", "module").returncode == 0
+    # What the build compiles (build.MODULE_FILES, Kbuild, VERSION), not
+    # the install Makefile or the DKMS config.
+    same = _git("diff", "--quiet", source, "HEAD", "--", "module/*.c", "module/*.h",
+                "module/Kbuild", "module/VERSION").returncode == 0
     return "release" if same else "earlier"
 
 

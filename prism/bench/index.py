@@ -41,7 +41,30 @@ def load(results: Path) -> list[dict]:
                     "summaries": report.analyse(d["runs"])[0]
                     if d.get("runs") and all("jobs" in r for r in d["runs"])
                     else d.get("summaries", [])})
+        rec = out[-1]
+        rec["dominance"] = dominance_text(d.get("runs", []), rec["summaries"])
     return out
+
+
+def dominance_text(runs: list[dict], summaries: list[dict]) -> str:
+    """For the first mix with a trade-off: whom prism's frontier dominates
+    and who dominates it (every point), on the common baseline's axis."""
+    for s in summaries:
+        w = WORKLOADS.get(s["workload"])
+        if not (w and w.high_job and w.low_job and w.baseline) or s["job"] != w.high_job:
+            continue
+        try:
+            points = report.tradeoff_points(runs, summaries, s["kernel"], s["workload"])
+        except (KeyError, TypeError):
+            return ""
+        recs = report.dominance(points)
+        if not recs:
+            return ""
+        over = [d["peer"] for d in recs if d["frontier"] == "dominates"]
+        under = [d["peer"] for d in recs if d["frontier"] == "dominated"]
+        return ("prism's frontier dominates " + (", ".join(over) or "no peer")
+                + "; dominated by " + (", ".join(under) or "no peer"))
+    return ""
 
 
 def headline(rep: dict) -> str:
@@ -105,7 +128,7 @@ def index_md(results: Path) -> str:
         lines.append(f"| {r['created']} | [{r['dir']}]({r['dir']}/report.md) | "
                      f"`{r['source']}` | {module} | {r['profile']} | {', '.join(r['kernels'])} | "
                      f"{', '.join(r['workloads'])} | {r['reps'] or '-'} | "
-                     f"{headline(r) or '-'} | "
+                     f"{'; '.join(x for x in (headline(r), r.get('dominance')) if x) or '-'} | "
                      + (f"[{sup[r['dir']]}]({sup[r['dir']]}/report.md)"
                         if r["dir"] in sup else "") + " |")
     # Without results.json: instruction profiles. An empty directory, or
