@@ -50,7 +50,7 @@ def check_status_tool(ctx) -> dict:
     locked-down kernel loads no unsigned module): prism's read-only files
     still read, and status says the latency histograms are hidden. Last of
     all the checks: lockdown lasts until the guest powers off."""
-    from ..common import status
+    from ...common import status
     dev, other = ctx["nullb"], ctx["virtio"]
     if not g.module_loaded():
         g.load_prism()

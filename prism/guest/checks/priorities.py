@@ -258,7 +258,7 @@ def check_latency_hist(ctx) -> dict:
           "high_write_device": p50("device", "high write")}
     # prism status reads the same files as an operator's tool: it must
     # parse what the module writes.
-    from ..common import status
+    from ...common import status
     st = status.disk_status(dev)
     status_ok = (st["scheduler"] == "prism" and sorted(st.get("tiers", {})) ==
                  ["high", "low", "normal"] and "device_depth" in st.get("flight", {})
