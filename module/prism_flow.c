@@ -174,6 +174,14 @@ struct prism_group *prism_group_get(struct prism_data *pd, u64 id,
 	g->cost = 0;
 	g->bytes = 0;
 found:
+	/*
+	 * Idle a second, as a group whose slot may be given away: it starts
+	 * afresh (prism_fq_rest()). A group returns only with a flow of it
+	 * (prism_flow_activate()), which may have had no request for longer
+	 * than the return window with one still in the device.
+	 */
+	if (!g->ent.backlogged && time_after_eq(now, g->last_used + HZ))
+		prism_fq_rest(&pd->tier[tier].fq, &g->ent);
 	/* A new io.prism.weight applies from the cgroup's next request. */
 	if (g->ent.weight != weight)
 		prism_fq_reweight(&pd->tier[tier].fq, &g->ent, weight);
@@ -220,32 +228,36 @@ static void prism_flow_activate(struct prism_data *pd, struct prism_flow *fl,
 {
 	struct prism_tier_queue *tq = &pd->tier[fl->tier];
 	struct prism_group *g = fl->group;
+	struct prism_fq *fq = prism_flow_fq(pd, fl);
+	u64 quantum = prism_tun(pd)->quantum;
 	u32 weight;
 
 	if (fl->fq.backlogged)
-		return;
+		goto out;
 	weight = prism_rq_weight(rq);
 	if (prism_raise_on(&fl->raise, jiffies))
 		weight *= PRISM_RAISE_COEFF;
 	prism_note_flow_weight(pd, fl, weight);
 	if (g && !g->ent.backlogged) {
 		if (fl->returning)
-			prism_fq_return(&tq->fq, &g->ent, g->ent.weight);
+			prism_fq_return(&tq->fq, &g->ent, g->ent.weight,
+					quantum);
 		else
 			prism_fq_activate(&tq->fq, &g->ent, g->ent.weight);
 		list_add_tail(&g->active, &tq->groups);
 	}
 	if (fl->returning)
-		prism_fq_return(prism_flow_fq(pd, fl), &fl->fq, weight);
+		prism_fq_return(fq, &fl->fq, weight, quantum);
 	else if (fl->starting)
-		prism_fq_activate_at(prism_flow_fq(pd, fl), &fl->fq, weight,
-				     prism_fq_earliest(tq, g,
-						       prism_flow_fq(pd, fl)));
+		prism_fq_activate_at(fq, &fl->fq, weight,
+				     prism_fq_earliest(tq, g, fq), quantum);
 	else
-		prism_fq_activate(prism_flow_fq(pd, fl), &fl->fq, weight);
+		prism_fq_activate(fq, &fl->fq, weight);
+	list_add_tail(&fl->active, &tq->active);
+out:
+	/* Decided for this activation only (see prism_first_insert()). */
 	fl->starting = false;
 	fl->returning = false;
-	list_add_tail(&fl->active, &tq->active);
 }
 
 /*
