@@ -518,6 +518,51 @@ static inline int prism_first_queued(struct prism_data *pd)
 }
 
 /*
+ * What "cannot happen": tier @t's counts say requests are queued where
+ * its flows' lists hold none, or a flow with requests is not in its fair
+ * queue. Returning no request would leave the queue polled every few
+ * milliseconds for ever, and a freeze waiting. The counts are rebuilt
+ * from the lists (the requests themselves are where they were: every
+ * one still leaves once), flows join or leave the fair queue as their
+ * lists say, and the caller chooses again.
+ */
+static noinline void prism_repair_tier(struct prism_data *pd, int t)
+{
+	struct prism_tier_queue *tq = &pd->tier[t];
+	u32 queued[PRISM_NR_FIFOS] = { };
+	struct prism_flow *fl;
+	struct request *rq;
+	int i, d;
+
+	WARN_ONCE(1, "prism: tier %d counts disagree with its lists, rebuilt\n",
+		  t);
+	for (i = 0; i < PRISM_FLOW_SLOTS; i++) {
+		fl = &pd->flows[i];
+		if (fl->tier != t)
+			continue;
+		for (d = 0; d < PRISM_NR_FIFOS; d++) {
+			u32 n = 0;
+
+			list_for_each_entry(rq, &fl->fifo[d], queuelist)
+				n++;
+			fl->queued[d] = n;
+			queued[d] += n;
+		}
+		if (!prism_flow_queued(fl)) {
+			prism_flow_deactivate(pd, fl);
+			continue;
+		}
+		for (d = 0; d < PRISM_NR_FIFOS && !fl->queued[d]; d++)
+			;
+		rq = list_first_entry(&fl->fifo[d], struct request, queuelist);
+		prism_flow_activate(pd, fl, rq);
+	}
+	for (d = 0; d < PRISM_NR_FIFOS; d++)
+		tq->queued[d] = queued[d];
+	prism_batch_reset(&pd->batch);
+}
+
+/*
  * The queue drains (prism_draining()): the first list with requests of
  * the first backlogged flow of the highest tier that has any, past every
  * hold and cap, so that a freeze waits for the device alone. Returns the
@@ -533,12 +578,13 @@ static noinline struct prism_flow *prism_drain_choice(struct prism_data *pd,
 		return NULL;
 	fl = list_first_entry_or_null(&pd->tier[t].active, struct prism_flow,
 				      active);
-	if (!fl)
-		return NULL;
-	for (d = 0; d < PRISM_NR_FIFOS && !fl->queued[d]; d++)
+	for (d = 0; fl && d < PRISM_NR_FIFOS && !fl->queued[d]; d++)
 		;
-	if (d == PRISM_NR_FIFOS)
+	if (!fl || d == PRISM_NR_FIFOS) {
+		/* Not to be: the normal choice finds it after the repair. */
+		prism_repair_tier(pd, t);
 		return NULL;
+	}
 	prism_batch_reset(&pd->batch);
 	c->tier = t;
 	c->flow = prism_flow_slot(pd, fl);
@@ -601,7 +647,7 @@ noinline struct request *prism_dispatch_choose(struct prism_data *pd,
 	u32 queued_tiers = 0, depth;
 	unsigned long tick;
 	bool differ, drain = false;
-	int t;
+	int t, repaired = 0;
 
 	/*
 	 * What follows, which only moves with time, the tunables or the
@@ -673,6 +719,7 @@ noinline struct request *prism_dispatch_choose(struct prism_data *pd,
 		}
 	}
 
+again:
 	/*
 	 * One tier alone has requests queued and none above it is active:
 	 * the choice prism_choose() would make, without building its view.
@@ -709,11 +756,11 @@ turn:
 		fl = prism_fq_select(pd, c.tier,
 				     waited && waited->tier == c.tier ? waited :
 									NULL);
-		if (WARN_ON_ONCE(!fl)) {
-			/* Run again at the next completion, not in 3 ms. */
-			prism_batch_reset(&pd->batch);
-			prism_mark_restart(hctx);
-			return NULL;
+		if (unlikely(!fl)) {
+			if (repaired++)
+				goto broken;
+			prism_repair_tier(pd, c.tier);
+			goto again;
 		}
 		c.flow = prism_flow_slot(pd, fl);
 		if (fl == waited) {
@@ -734,11 +781,12 @@ turn:
 
 chosen:
 	rq = prism_pick(pd, fl, &c);
-	if (WARN_ON_ONCE(!rq)) {
-		/* The view said queued; the lists disagree. Start afresh. */
-		prism_batch_reset(&pd->batch);
-		prism_mark_restart(hctx);
-		return NULL;
+	if (unlikely(!rq)) {
+		/* The view said queued; the lists disagree. */
+		if (repaired++)
+			goto broken;
+		prism_repair_tier(pd, c.tier);
+		goto again;
 	}
 	/*
 	 * Unequal weights among flows backlogged together for long (which do
@@ -813,4 +861,10 @@ chosen:
 	}
 	pd->chosen_now = now;
 	return rq;
+
+broken:
+	/* Rebuilt from the lists and still nothing: at the next completion. */
+	prism_batch_reset(&pd->batch);
+	prism_mark_restart(hctx);
+	return NULL;
 }
