@@ -13,8 +13,10 @@
   prism vm --kernel 6.12 -- CMD     boot the kernel under QEMU, module at $PRISM_KO
   prism selftest --kernel 6.12      the in-VM check suite, one boot
   prism blktests --kernel 6.12      blktests' block tests with prism loaded, one boot
+  prism stress --kernel 6.12        random tunables and switches under verified load
   prism bench run --workload W ...  the benchmark: workloads x schedulers x reps
-  prism demo [--quick]              seed 000's database + backup, all five schedulers, hdd
+  prism demo [--quick]              the main comparison: a database beside a backup on an
+                                    emulated disk, all five schedulers
   prism status [DEV...]             what prism is doing on this machine's disks (reads only)
   prism profile                     instructions per I/O by kernel function, per scheduler
   prism disk serve --profile hdd    serve the emulated disk over NBD (host side)
@@ -24,7 +26,10 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
+import re
+import shlex
 import signal
 import sys
 import time
@@ -37,7 +42,7 @@ from .common import status as prism_status
 from .common import workloads
 from .common.errors import PrismError, Terminated, UsageError
 from .drives import diskmodel, nbd
-from .guest import selftest
+from .guest import checks, selftest
 from .guest.system import NVME_SERIAL, TWIN_SCHEDULER, VIRTIO_SERIAL
 from .host import blktests, build, debugkernel, insnprof, kernels, pgimage, pins, twin, vm
 
@@ -121,14 +126,15 @@ def cmd_build(args) -> int:
         kernels.log(f"built {ko}")
         if args.twin:
             ko = twin.build_twin(k, fetch=not args.no_fetch)
-            kernels.log(f"built {ko} ({TWIN_SCHEDULER}: prism at {twin.TWIN_REV})")
+            kernels.log(f"built {ko} ({TWIN_SCHEDULER}: prism v2, the previous release, "
+                        f"commit {twin.TWIN_REV})")
     return 0
 
 
 def cmd_status(args) -> int:
     """What prism is doing on this machine's disks: sysfs and debugfs."""
     try:
-        return prism_status.run(args.devs, args.json, args.watch)
+        return prism_status.run(args.devs, args.json, args.watch, version=args.version)
     except ValueError as e:
         raise UsageError(str(e)) from None
 
@@ -230,6 +236,22 @@ def _report_log(res: vm.VmResult) -> bool:
     return not probs
 
 
+def guest_failure(k, res: vm.VmResult, clean: bool) -> str | None:
+    """Why a boot of @k that ran a command failed, for the one message
+    that goes with exit 1 (the guest's own code is named, not returned:
+    every prism command exits 0, 1 or 2); None if it did not."""
+    if res.returncode > 0:
+        return f"{k.name}: the guest's command exited {res.returncode}"
+    if res.returncode < 0:
+        return (f"{k.name}: the guest's command never ended ("
+                + (f"killed after --timeout {res.elapsed:.0f} s" if res.timed_out
+                   else f"the guest died; see {res.rundir / 'console.txt'}") + ")")
+    if not clean:
+        return (f"{k.name}: the guest's command exited 0, but the kernel log reports "
+                f"problems ({res.rundir / 'dmesg.txt'})")
+    return None
+
+
 def cmd_vm(args) -> int:
     command = " ".join(args.command).strip()
     if command.startswith("-- "):
@@ -239,9 +261,10 @@ def cmd_vm(args) -> int:
     status = 0
     for k in _booted(args.kernel):
         res = _run_vm(k, command, args)
-        clean = _report_log(res)
-        rc = res.returncode if res.returncode >= 0 else 124
-        status = status or (125 if rc == 0 and not clean else rc)
+        why = guest_failure(k, res, _report_log(res))
+        if why:
+            print(f"prism: error: {why}", file=sys.stderr)
+            status = 1
     return status
 
 
@@ -268,7 +291,7 @@ def cmd_profile(args) -> int:
                        twin_ko=twin_ko)
     clean = _report_log(res)
     if res.returncode:
-        return res.returncode if res.returncode > 0 else 124
+        raise PrismError(guest_failure(k, res, clean))
     jobs, profiles = insnprof.load(rundir)
     text = insnprof.report(jobs, profiles, args.top)
     for func in args.lines:
@@ -279,14 +302,18 @@ def cmd_profile(args) -> int:
     if args.out:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
-        cmdline = "prism " + " ".join(sys.argv[1:])
+        cmdline = plan.command_line(args)
         source = plan.source_revision()
         (out / "report.md").write_text(f"# Instructions per I/O ({k.abi})\n\n"
                                        f"`{cmdline}`\n\n"
                                        + (f"prism source: `{source}`.\n\n" if source else "")
                                        + text)
         kernels.log(f"wrote {out / 'report.md'}")
-    return 0 if clean else 125
+    why = guest_failure(k, res, clean)
+    if why:
+        print(f"prism: error: {why}", file=sys.stderr)
+        return 1
+    return 0
 
 
 # What a debug kernel's selftest leaves out unless --only names it: the
@@ -316,7 +343,28 @@ DEBUG_OWN_BOOT = ["shared_tags"]
 DEBUG_STRESS_SLOWDOWN = 4
 
 
+def check_names(only: str, suite: str) -> None:
+    """selftest --only: each name one of the suite's checks, on the host
+    (in the guest an unknown name would only run nothing, after a build
+    and a boot)."""
+    known = [name for name, _fn in selftest.SUITES[suite][1]]
+    names = [n.strip() for n in only.split(",") if n.strip()]
+    unknown = [n for n in names if n not in known]
+    if not names or unknown:
+        near = [m for n in unknown for m in difflib.get_close_matches(n, known, n=1)]
+        raise UsageError(f"--only {only!r}: "
+                         + (f"no check {', '.join(unknown)} in the {suite} suite"
+                            if unknown else "names no check")
+                         + (f" (did you mean {', '.join(near)}?)" if near else "")
+                         + f"; its checks: {', '.join(known)}")
+
+
 def cmd_selftest(args) -> int:
+    if args.list:
+        print(checks.listing())
+        return 0
+    if args.only:
+        check_names(args.only, args.suite)
     status = 0
     for k in _booted(args.kernel):
         args.device = "selftest" if args.suite == "main" else "selftest-cloud"
@@ -396,6 +444,7 @@ def run_blktests(k, args) -> tuple[vm.VmResult, dict]:
 
 
 def cmd_blktests(args) -> int:
+    blktests.check_tests(args.tests)
     status = 0
     for k in _booted(args.kernel):
         try:
@@ -424,33 +473,60 @@ def cmd_bench_report(args) -> int:
     return 0
 
 
+def _write_or_check(outputs: dict[Path, str], check: bool, what: str) -> int:
+    """Write each stale output, or with @check only name them (exit 1)."""
+    stale = [out for out, text in outputs.items()
+             if not out.exists() or out.read_text() != text]
+    if check:
+        for out in stale:
+            print(f"{out} is not current: run {what}", file=sys.stderr)
+        return 1 if stale else 0
+    for out in stale:
+        out.write_text(outputs[out])
+        print(f"prism: wrote {out}")
+    return 0
+
+
 def cmd_bench_index(args) -> int:
     """docs/results/README.md from the reports' results.json."""
     from .bench import index
     results = Path(args.results)
     if not results.is_dir():
         raise UsageError(f"{results}: no such directory")
-    outputs = {results / "README.md": index.index_md(results)}
-    readme = Path(args.readme) if args.readme else None
-    if readme:
-        try:
-            outputs[readme] = index.readme_with_table(readme.read_text(),
-                                                      index.expect_table(results))
-        except (OSError, ValueError) as e:
-            raise UsageError(str(e)) from None
-    stale = [out for out, text in outputs.items()
-             if not out.exists() or out.read_text() != text]
-    if args.check:
-        for out in stale:
-            print(f"{out} is not current: run prism bench index", file=sys.stderr)
-        return 1 if stale else 0
-    for out in stale:
-        out.write_text(outputs[out])
-        print(f"prism: wrote {out}")
-    print(f"prism: {len(index.load(results))} reports indexed"
-          + (f"; {readme}'s table from {', '.join(n for _, n in index.EXPECT_REPORTS)}"
-             if readme else ""))
-    return 0
+    rc = _write_or_check({results / "README.md": index.index_md(results)}, args.check,
+                         "prism bench index")
+    if not args.check:
+        print(f"prism: {len(index.load(results))} reports indexed")
+    return rc
+
+
+def cmd_bench_aims(args) -> int:
+    """Run the plan's runs asked for, then docs/aims.md, the README's
+    table and the results index from the reports."""
+    from .bench import aims, index
+    the = aims.load(Path(args.plan))
+    names = list(the["run"]) if args.all else args.run
+    unknown = [n for n in names if n not in the["run"]]
+    if unknown:
+        raise UsageError(f"no run {', '.join(unknown)} in {args.plan} (runs: "
+                         + ", ".join(the["run"]) + ")")
+    if names and args.check:
+        raise UsageError("--check runs nothing: give it without --run or --all")
+    # Every run's arguments are checked before the first boots.
+    ap = parser()
+    parsed = [(n, ap.parse_args(["bench", "run", *aims.command(the, n)])) for n in names]
+    for _, a in parsed:
+        plan.validate(a)
+    for n, a in parsed:
+        line = "prism bench run " + shlex.join(aims.command(the, n))
+        kernels.log(f"aims: run {n}: {line}")
+        plan.run(a, line)
+    outputs = {aims.AIMS_MD: aims.aims_md(the),
+               aims.RESULTS / "README.md": index.index_md(aims.RESULTS)}
+    if aims.README.exists():
+        outputs[aims.README] = aims.readme_with_table(aims.README.read_text(),
+                                                      aims.expect_table(the))
+    return _write_or_check(outputs, args.check, "prism bench aims")
 
 
 def cmd_bench_list(args) -> int:
@@ -514,6 +590,27 @@ def cmd_disk_params(args) -> int:
     return 0
 
 
+def positive_int(text: str) -> int:
+    """--cpus: a whole number above 0 (argparse's usage error otherwise)."""
+    try:
+        v = int(text)
+    except ValueError:
+        v = 0
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number above 0")
+    return v
+
+
+def memory_size(text: str) -> str:
+    """--memory as QEMU's -m takes it: MiB, or a number with a suffix
+    K, M, G or T; above 0."""
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)([KMGT]?)", text.strip(), re.I)
+    if not m or float(m[1]) <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a memory size (e.g. 2G, 512M, "
+                                         "or a number of MiB)")
+    return text.strip()
+
+
 def _vm_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kernel", default="6.12",
                    help="6.1, 6.12 (default), 7.3, a comma list or all; or "
@@ -521,15 +618,17 @@ def _vm_options(p: argparse.ArgumentParser) -> None:
                         "or a PREEMPT_RT flavour, "
                         + ", ".join(k.name for k in kernels.build_only() if k.boots)
                         + " (its image fetched at its first boot)")
-    p.add_argument("--memory", default="2G", help="guest memory (default 2G)")
-    p.add_argument("--cpus", type=int, default=2, help="guest CPUs (default 2)")
+    p.add_argument("--memory", default="2G", type=memory_size,
+                   help="guest memory: a number of MiB, or with a suffix K, M, G or T "
+                        "(default 2G)")
+    p.add_argument("--cpus", type=positive_int, default=2, help="guest CPUs (default 2)")
     p.add_argument("--accel", choices=("auto", "tcg", "kvm", "icount"), default="auto",
                    help="auto (default): KVM if a probe boot works (cached per host "
                         "kernel), TCG otherwise; or force one; icount: TCG with the "
                         "guest's clock counting instructions (1 ns each), so guest "
                         "timings measure CPU work, repeatably (for nullb-cpu; not for "
                         "the emulated drives, which keep the host's time)")
-    p.add_argument("--timeout", type=float, default=1800,
+    p.add_argument("--timeout", type=prism_status.positive_seconds, default=1800,
                    help="kill the guest after this many seconds (default 1800; a benchmark "
                         "boot gets at least what its plan needs)")
 
@@ -572,7 +671,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--no-fetch", action="store_true",
                    help="do not install or download anything")
     p.add_argument("--twin", action="store_true",
-                   help=f"also build {TWIN_SCHEDULER}, prism at {twin.TWIN_REV} (v2) under "
+                   help=f"also build {TWIN_SCHEDULER}: prism's previous release (v2) under "
                         "names of its own, which loads beside prism (6.1 and 6.12 only; "
                         "prism bench run builds it when --schedulers names it)")
     p.set_defaults(func=cmd_build)
@@ -652,24 +751,27 @@ def parser() -> argparse.ArgumentParser:
                         "the scheduler-relevant ones pytest runs)")
     p.add_argument("--fio-timeout", type=int, default=blktests.FIO_TIMEOUT, metavar="S",
                    help="blktests' TIMEOUT, the seconds its fio runs and waits last "
-                        f"(default {blktests.FIO_TIMEOUT}; the test suite uses "
-                        f"{blktests.CI_FIO_TIMEOUT})")
+                        f"(default {blktests.FIO_TIMEOUT})")
     p.set_defaults(func=cmd_blktests, timeout=5400)
 
     p = sub.add_parser("selftest", help="run the in-VM check suite (one boot per kernel)")
     _vm_options(p)
     p.add_argument("--only", help="comma-separated check names")
+    p.add_argument("--list", action="store_true",
+                   help="print the checks (name, area, suite, what each protects against) "
+                        "and exit, booting nothing")
     p.add_argument("--suite", choices=("main", "cloud"), default="main",
                    help="main (default): every check, on null_blk, virtio, NVMe and the "
                         "emulated HDD; cloud: the cloud volume's checks, in a boot of its own "
                         "(its queue depth cannot share a boot with the HDD's)")
     p.set_defaults(func=cmd_selftest)
 
-    p = sub.add_parser("stress", help="the stress check for many seeds: random tunables, "
-                       "queue changes and switches under verified load (one boot per kernel)")
+    p = sub.add_parser("stress", help="the stress check: random tunable writes, queue changes "
+                       "and scheduler switches under verified load, one round per random seed "
+                       "(one boot per kernel)")
     _vm_options(p)
-    p.add_argument("--seeds", default="1-10", help="N, N-M or a comma list (default 1-10; "
-                   "the test suite runs 1,2)")
+    p.add_argument("--seeds", default="1-10", help="the random seeds, one round each (a seed "
+                   "repeats its round's choices): N, N-M or a comma list (default 1-10)")
     p.add_argument("--seconds", type=int, default=20,
                    help="seconds of stores per seed (default 20)")
     p.set_defaults(func=cmd_stress)
@@ -685,7 +787,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--schedulers", default=plan.ALL_SCHEDULERS,
                    help="comma list; variants as NAME:key=val,key=val "
                         "(e.g. bfq:low_latency=0,slice_idle=0); default all five; "
-                        f"{TWIN_SCHEDULER} is prism at {twin.TWIN_REV} (v2), loaded beside "
+                        f"{TWIN_SCHEDULER} is prism's previous release (v2), loaded beside "
                         "prism in the same boots, for a paired comparison")
     p.add_argument("--reps", type=int, default=5, help="repetitions (default 5)")
     p.add_argument("--boots", type=int, default=1,
@@ -702,18 +804,32 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="directory for the report")
     p.set_defaults(func=cmd_bench_run)
     p = bsub.add_parser("index", help="write docs/results/README.md, the index of the "
-                        "committed reports, and the README's \"What to expect\" table, "
-                        "from their results.json")
+                        "committed reports, from their results.json")
     p.add_argument("--results", default=str(Path(__file__).resolve().parents[1] / "docs"
                                             / "results"),
                    help="the reports' directory (default: the checkout's docs/results)")
-    p.add_argument("--readme", default=str(Path(__file__).resolve().parents[1] / "README.md"),
-                   help="the README whose \"What to expect\" table is generated too "
-                        "(default: the checkout's; '' for none)")
     p.add_argument("--check", action="store_true",
-                   help="only say whether the index and the README's table are current "
-                        "(exit 1 if not)")
+                   help="only say whether the index is current (exit 1 if not)")
     p.set_defaults(func=cmd_bench_index)
+
+    p = bsub.add_parser("aims", help="run the release's aims (docs/aims.toml) and write "
+                        "docs/aims.md, the README's table and the results index",
+                        description="Run the runs of docs/aims.toml that are asked for "
+                        "(--run NAME, or --all), each a prism bench run into "
+                        "docs/results/NAME-KERNEL, then regenerate docs/aims.md (each aim's "
+                        "verdict, computed from its report), the README's \"What to "
+                        "expect\" table and docs/results/README.md. Without --run or "
+                        "--all it only regenerates them from the reports there.")
+    p.add_argument("--run", action="append", default=[], metavar="NAME",
+                   help="a run of the plan (repeatable)")
+    p.add_argument("--all", action="store_true", help="every run of the plan (hours)")
+    p.add_argument("--plan", default=str(Path(__file__).resolve().parents[1] / "docs"
+                                         / "aims.toml"),
+                   help="the plan (default: the checkout's docs/aims.toml)")
+    p.add_argument("--check", action="store_true",
+                   help="only say whether docs/aims.md, the README's table and the index "
+                        "are current (exit 1 if not)")
+    p.set_defaults(func=cmd_bench_aims)
 
     p = bsub.add_parser("report", help="write a report again from its raw runs")
     p.add_argument("dir", metavar="DIR", help="a report directory made by prism bench run")
@@ -757,18 +873,33 @@ def parser() -> argparse.ArgumentParser:
                    help="also break one of prism's functions down by source line "
                         "(repeatable)")
     p.add_argument("--out", metavar="DIR", help="also write DIR/report.md")
-    p.add_argument("--timeout", type=float, default=1800,
+    p.add_argument("--timeout", type=prism_status.positive_seconds, default=1800,
                    help="kill the guest after this many seconds (default 1800)")
     p.set_defaults(func=cmd_profile)
 
-    p = sub.add_parser("demo", help="seed 000's database + backup across all five schedulers")
+    p = sub.add_parser("demo", help="the main comparison: a database's random reads beside a "
+                       "backup's sequential reads on the emulated 7200 rpm disk, under all "
+                       "five schedulers; prints the table, writes a report with plots")
     _vm_options(p)
     p.add_argument("--quick", action="store_true",
                    help="one short repetition: exercises the pipeline in a few minutes")
     _bench_device_options(p, default=DEMO_DEVICE)
     p.add_argument("--out", help=f"report directory (default {DEMO_OUT}/demo-<time>)")
     p.set_defaults(func=cmd_demo)
+    _describe_subcommands(ap)
     return ap
+
+
+def _describe_subcommands(ap: argparse.ArgumentParser) -> None:
+    """Each subcommand's own --help opens with the line the list of
+    commands shows for it, unless it has a longer description."""
+    for a in ap._actions:
+        if isinstance(a, argparse._SubParsersAction):
+            for choice in a._choices_actions:
+                sub = a.choices[choice.dest]
+                if not sub.description:
+                    sub.description = choice.help
+                _describe_subcommands(sub)
 
 
 def _terminate(signum, frame) -> None:
@@ -786,6 +917,8 @@ def stop_on_signals() -> None:
 
 def main(argv=None) -> int:
     args = parser().parse_args(argv)
+    # What a report records as its command: the arguments as given here.
+    args.argv = list(sys.argv[1:] if argv is None else argv)
     stop_on_signals()
     try:
         return args.func(args)

@@ -20,18 +20,21 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 src="$work/prism-iosched-$version"
 mkdir -p "$src"
-cp -r module packaging "$src/"
-# prism-status: the harness's status module, which stands alone.
-mkdir -p "$src/prism/common"
-cp prism/common/status.py "$src/prism/common/"
+# tools/prism-status stands alone (the harness imports it as prism.common.status).
+cp -r module packaging tools "$src/"
 cp -r packaging/debian "$src/debian"
 cp module/dkms.conf "$src/debian/prism-iosched-dkms.dkms"
+# Not a Debian upload: the distribution is UNRELEASED (as dch writes it for
+# a package not yet uploaded) and the contact, the Maintainer field's, an
+# address in the reserved .invalid domain (RFC 6761): the project has no
+# public address or tracker to name.
+maintainer=$(sed -n 's/^Maintainer: //p' packaging/debian/control)
 cat >"$src/debian/changelog" <<CHANGES
-prism-iosched ($version) unstable; urgency=medium
+prism-iosched ($version) UNRELEASED; urgency=medium
 
   * Built from the prism repository (module/VERSION $version).
 
- -- prism developers <prism-iosched@lists.debian.net>  $(date -R)
+ -- $maintainer  $(date -R)
 CHANGES
 (cd "$src" && dpkg-buildpackage -us -uc -b >"$work/build.log" 2>&1) || {
 	tail -40 "$work/build.log" >&2

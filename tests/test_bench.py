@@ -6,6 +6,7 @@ import json
 import math
 import re
 import shutil
+import statistics
 import subprocess
 from pathlib import Path
 
@@ -14,7 +15,8 @@ import pytest
 from prism.bench import plan as bench
 from prism.bench import report
 from prism.common import stats, workloads
-from prism.common.errors import PrismError
+from prism.common.errors import PrismError, UsageError
+from prism.common.workloads import WORKLOADS
 from prism.guest import benchrun
 
 REPO = Path(__file__).resolve().parent.parent
@@ -151,13 +153,38 @@ def test_a_writer_waiting_in_fsync_is_not_called_starved():
 
 def test_summarize_known_values():
     s = stats.summarize([1, 2, 3, 4, 5])
-    assert s["n"] == 5 and s["mean"] == 3
+    assert s["n"] == 5 and s["mean"] == 3 and s["how"] == "ci95"
     assert s["sd"] == pytest.approx(math.sqrt(2.5))
-    assert s["ci95"] == pytest.approx(stats.t95(4) * math.sqrt(2.5) / math.sqrt(5))
+    half = stats.t95(4) * math.sqrt(2.5) / math.sqrt(5)
+    # The t-interval, cut at zero: these values cannot have a mean below it.
+    assert s["low"] == max(0.0, 3 - half) and s["high"] == pytest.approx(3 + half)
     one = stats.summarize([7.0])
-    assert one["mean"] == 7.0 and one["sd"] == 0.0 and one["ci95"] is None
+    assert one["mean"] == 7.0 and one["sd"] == 0.0 and one["low"] is None
     assert stats.summarize([])["mean"] is None
     assert stats.summarize([1.0, float("nan"), 3.0])["n"] == 2
+
+
+def test_summaries_never_reach_below_zero():
+    # The ssd-model report's skewed repetitions (none's isolation, bfq's
+    # backup): a t-interval on the values went to -9 and -53.
+    for vals in ([2.1, 2.3, 3.0, 14.0, 29.3], [9.1, 10.4, 10.9, 226.0, 243.0]):
+        for geo in (False, True):
+            s = stats.summarize(vals, geometric=geo)
+            assert s["how"] == "ci95" and 0 <= s["low"] <= s["mean"] <= s["high"]
+            assert s["low"] > 0 or not geo
+    geo = stats.summarize([2.1, 2.3, 3.0, 14.0, 29.3], geometric=True)
+    assert geo["mean"] == pytest.approx(math.exp(statistics.fmean(
+        math.log(v) for v in (2.1, 2.3, 3.0, 14.0, 29.3))))
+
+
+def test_few_repetitions_give_the_range():
+    s = stats.summarize([4.0, 1.0, 2.0])
+    assert s["how"] == "range" and (s["low"], s["high"]) == (1.0, 4.0)
+    g = stats.summarize([4.0, 1.0], geometric=True)
+    assert g["mean"] == pytest.approx(2.0) and (g["low"], g["high"]) == (1.0, 4.0)
+    r = stats.paired_ratio([(2.0, 1.0), (1.0, 1.0)])
+    assert r["how"] == "range" and (r["low"], r["high"]) == (1.0, 2.0)
+    assert report._fmt(s, 1, 1) == "2.3 (1.0-4.0)"
 
 
 def test_t_quantiles():
@@ -182,6 +209,8 @@ def test_paired_ratio_cancels_drift_between_repetitions():
     assert noisy["low"] < 1.0 < noisy["high"]
     assert stats.paired_ratio([(0.0, 1.0), (None, 2.0)])["n"] == 0
     assert stats.paired_ratio([(2.0, 1.0)])["low"] is None
+    # Five or more pairs: the t-interval of the logarithms.
+    assert stats.paired_ratio(pairs)["how"] == "ci95"
 
 
 def _fake_run(workload, sched, rep, p99s):
@@ -203,7 +232,7 @@ def test_paired_ratios_match_repetitions_and_jobs():
     iops = [r for r in recs if r["figure"] == "IOPS"]
     assert all(r["ratio"] == pytest.approx(1.0) for r in iops)
     table = "\n".join(report.paired_table(recs))
-    assert "| w | a | P99 | 0.90 (0.90-0.90) | 2.00 (2.00-2.00) |" in table
+    assert "| w | a | P99 | 0.90 | 2.00 |" in table
     assert report.paired_ratios([r for r in runs if r["scheduler"] != "prism"], "6.12") == []
 
 
@@ -213,10 +242,17 @@ def test_isolation_ratio_against_same_scheduler_baseline():
             _fake_run("database_alone", "none", 0, {"database_sim": 500}),
             _fake_run("database_backup", "prism", 0, {"database_sim": 4000, "backup_sim": 9}),
             _fake_run("database_backup", "none", 0, {"database_sim": 4000, "backup_sim": 9})]
-    report.add_isolation(runs)
-    assert runs[3]["jobs"][0]["isolation_ratio"] == pytest.approx(2.0)   # 4000 / 2000
+    base = report.add_isolation(runs)
+    # Own baselines are geometric means: prism's sqrt(1000 * 3000).
+    assert runs[3]["jobs"][0]["isolation_ratio"] == pytest.approx(4000 / math.sqrt(3e6))
     assert runs[4]["jobs"][0]["isolation_ratio"] == pytest.approx(8.0)   # 4000 / 500
     assert "isolation_ratio" not in runs[3]["jobs"][1]                   # not the high job
+    # The common baseline is the best alone of any scheduler: none's 500,
+    # so prism's own ratio of 2.3 is 8.0 on the common scale.
+    assert runs[3]["jobs"][0]["common_ratio"] == pytest.approx(8.0)
+    assert runs[4]["jobs"][0]["common_ratio"] == pytest.approx(8.0)
+    assert base["6.12 database_backup database_sim"] == {
+        "scheduler": "none", "value": pytest.approx(500.0), "metric": "p99_us"}
 
 
 def test_flows_greedy_isolates_every_light_process_and_shares_equally():
@@ -256,7 +292,10 @@ def test_report_from_recorded_run(tmp_path):
     out.mkdir()
     summaries = report.write_all(out, "prism bench run test", plan, runs)
     doc = json.loads((out / "results.json").read_text())
-    assert doc["schema"] == 1 and doc["command"] == "prism bench run test"
+    assert doc["schema"] == 2 and doc["command"] == "prism bench run test"
+    # The per-second series are plotted, not kept in results.json.
+    assert not any(k in j for r in doc["runs"] for j in r["jobs"] for k in report.SERIES_KEYS)
+    assert any(k in j for r in runs for j in r["jobs"] for k in report.SERIES_KEYS)
     assert len(doc["runs"]) == 2 and doc["summaries"]
     mix = next(s for s in summaries if s["workload"] == "database_backup"
                and s["job"] == "database_sim")
@@ -268,7 +307,9 @@ def test_report_from_recorded_run(tmp_path):
     assert "prism bench run test" in md and "| prism | database_sim | BE1 |" in md
     assert "prism source: `0123456789ab+changes`" in md
     assert "## Overview (6.12)" in md
-    assert "| database_backup | database_sim isolation (P99 / alone) | 1.00 |" in md
+    assert "| database_backup | database_sim P99 / own alone | 1.00 |" in md
+    assert "| database_backup | database_sim P99 / best alone (common) | 1.00 |" in md
+    assert "## The yardstick: database_backup (6.12)" in md
     assert "database_alone |" not in md.split("## Overview")[1].split("##")[0]
     for png in ("6.12-database_backup-bars.png", "6.12-database_backup-latency.png"):
         assert (out / png).read_bytes()[:4] == b"\x89PNG"
@@ -648,7 +689,7 @@ def test_machine_cpu_shares_and_table():
     runs = [{"scheduler": "prism", "device_util": 0.9, "cpu_all": shares},
             {"scheduler": "prism", "device_util": 0.7, "cpu_all": shares}]
     table = report.machine_table(runs)
-    assert "| prism | 80 ± " in table[4] and "| 45.0 ± 0.0 | 20.0 ± 0.0 |" in table[4]
+    assert "| prism | 80 (" in table[4] and "| 45.0 | 20.0 |" in table[4]
     assert report.machine_table([{"scheduler": "none"}]) == []
 
 
@@ -718,44 +759,153 @@ def test_mixed_jobs_report_each_direction_and_both():
         assert "unified_rw_reporting=both" in workloads.WORKLOADS[name].jobfile.read_text()
 
 
-def test_tradeoff_points_pair_the_bulk_job_with_none():
+def test_tradeoff_points_on_the_common_baseline():
     runs = []
     for rep, drift in enumerate([1.0, 1.5]):
-        for sched, bw, p99 in (("none", 100.0, 3000.0), ("prism", 60.0, 1200.0)):
-            for w, jobs in (("database_alone", [{"job": "database_sim", "p99_us": 1000.0}]),
+        for sched, bw, p99, alone in (("none", 100.0, 3000.0, 1000.0),
+                                      ("prism", 60.0, 1200.0, 1250.0)):
+            backup = {"job": "backup_sim", "bw_kib": bw * drift * 1024}
+            for w, jobs in (("database_alone", [{"job": "database_sim", "p99_us": alone}]),
                             ("database_backup", [{"job": "database_sim", "p99_us": p99},
-                                                 {"job": "backup_sim", "bw_kib": bw * drift}])):
+                                                 backup])):
                 runs.append({"kernel": "6.12", "kernel_release": "x", "workload": w,
                              "scheduler": sched, "rep": rep, "device_util": 1.0,
                              "wall_s": 1, "jobs": jobs})
-    report.add_isolation(runs)
-    summaries = report.summarize(runs)
+    summaries, _ = report.analyse(runs)
     pts = {p["scheduler"]: p for p in report.tradeoff_points(runs, summaries, "6.12",
                                                              "database_backup")}
-    assert pts["none"]["x"] == pytest.approx(3.0) and pts["none"]["y"] == pytest.approx(1.0)
-    assert pts["prism"]["x"] == pytest.approx(1.2) and pts["prism"]["y"] == pytest.approx(0.6)
-    assert pts["prism"]["y_low"] == pytest.approx(0.6)     # the drift cancels in pairs
-    assert report.tradeoff_points([r for r in runs if r["scheduler"] != "none"], summaries,
-                                  "6.12", "database_backup") == []
+    # x over none's 1000 alone, the best: prism's own ratio would be 0.96.
+    assert pts["none"]["x"] == pytest.approx(3.0) and pts["prism"]["x"] == pytest.approx(1.2)
+    assert pts["none"]["y"] == pytest.approx(125.0) and pts["prism"]["y"] == pytest.approx(75.0)
+    # Two repetitions: the range, not an interval.
+    assert (pts["prism"]["y_low"], pts["prism"]["y_high"]) == (60.0, 90.0)
+    assert pts["prism"]["xs"] == {0: pytest.approx(1.2), 1: pytest.approx(1.2)}
 
 
-def test_the_frontier_and_who_dominates_whom():
-    def pt(sched, x, y):
-        return {"scheduler": sched, "x": x, "y": y, "x_low": x, "x_high": x,
-                "y_low": y, "y_high": y}
-    points = [pt("none", 3.0, 1.0), pt("bfq", 1.8, 0.7), pt("kyber", 1.1, 0.3),
-              pt("prism:low_share=5", 1.2, 0.5), pt("prism", 1.4, 0.9),
-              pt("prism:low_share=25", 2.0, 1.2), pt("prism:low_share=15", 1.6, 0.8)]
+def pt(sched, x, y, xs=None, ys=None):
+    return {"scheduler": sched, "x": x, "y": y, "x_low": x, "x_high": x,
+            "y_low": y, "y_high": y, "xs": xs or {0: x}, "ys": ys or {0: y}}
+
+
+def test_the_frontier_and_who_dominates_whom_both_ways():
+    points = [pt("none", 3.0, 100.0), pt("bfq", 1.8, 70.0), pt("kyber", 1.1, 30.0),
+              pt("prism:low_share=5", 1.2, 50.0), pt("prism", 1.4, 90.0),
+              pt("prism:low_share=25", 2.0, 120.0), pt("prism:low_share=15", 1.6, 80.0),
+              pt("mq-deadline", 1.3, 95.0)]
     # low_share=15 is beaten by the default (better on both): off the line.
     assert [p["scheduler"] for p in report.frontier(points)] == [
         "prism:low_share=5", "prism", "prism:low_share=25"]
+    recs = {d["peer"]: d for d in report.dominance(points)}
+    assert recs["none"]["frontier"] == "dominates" and recs["none"]["default"] == "neither"
+    assert [p["scheduler"] for p in recs["none"]["dominated_by"]] == ["prism:low_share=25"]
+    assert recs["bfq"]["default"] == "dominates"
+    assert recs["kyber"]["frontier"] == "neither"
+    # mq-deadline beats the default and low_share=15 on both axes: said so.
+    assert recs["mq-deadline"]["default"] == "dominated"
+    assert recs["mq-deadline"]["frontier"] == "neither"
+    assert {p["scheduler"] for p in recs["mq-deadline"]["dominates"]} == {
+        "prism", "prism:low_share=15"}
     lines = report.dominance_lines(points)
-    assert len(lines) == 3
-    assert lines[0].startswith("- none (") and "dominated by prism:low_share=25" in lines[0]
-    assert "bfq" in lines[1] and "dominated by prism (isolation 1.40" in lines[1]
-    assert "kyber" in lines[2] and "not dominated" in lines[2]
-    assert "best protection 1.20 (prism:low_share=5" in lines[2]
+    assert lines[0].startswith("- none (3.00x, 100.0 MiB/s): prism's default: neither")
+    assert "mq-deadline" in lines[3] and "prism's default: it dominates prism" in lines[3]
     assert report.dominance_lines([pt("none", 3.0, 1.0)]) == []
+    # One peer that beats prism's only point: the frontier is dominated.
+    solo = report.dominance([pt("prism", 2.0, 10.0), pt("bfq", 1.5, 50.0)])
+    assert solo[0]["frontier"] == "dominated" and solo[0]["default"] == "dominated"
+
+
+def test_dominance_beyond_the_paired_noise():
+    # bfq beats prism in every repetition on both axes: beyond the noise.
+    a = pt("bfq", 1.5, 50.0, {0: 1.4, 1: 1.5, 2: 1.6}, {0: 40.0, 1: 50.0, 2: 60.0})
+    b = pt("prism", 2.0, 20.0, {0: 1.9, 1: 2.0, 2: 2.1}, {0: 18.0, 1: 20.0, 2: 22.0})
+    assert report.beyond_noise(a, b) is True
+    # On the means only: one repetition of the three goes the other way.
+    c = pt("bfq", 1.5, 50.0, {0: 2.5, 1: 1.0, 2: 1.0}, {0: 10.0, 1: 70.0, 2: 70.0})
+    assert report.dominates(c, b) and report.beyond_noise(c, b) is False
+
+
+def test_the_emulated_ssd_on_the_common_baseline():
+    """The ssd-model report of 3.0.0 (tests/data/reports/, cut from its
+    results.json). On each scheduler's own alone figure,
+    bfq's mean point (1.54x, 99.9 MiB/s) looked to dominate prism's
+    (1.59x, 22.8). On the common baseline (mq-deadline's P99 alone, the
+    best) bfq's tail is 1.75x and prism's 1.61x, geometric means: neither
+    dominates the other, and the report says so rather than either."""
+    data = json.loads((Path(__file__).parent / "data" / "reports" / "ssd-model-v3-6.12.json")
+                      .read_text())
+    runs = data["runs"]
+    summaries, extra = report.analyse(runs)
+    assert extra["baselines"]["6.12 database_backup database_sim"]["scheduler"] == "mq-deadline"
+    points = {p["scheduler"]: p for p in report.tradeoff_points(runs, summaries, "6.12",
+                                                                "database_backup")}
+    assert points["bfq"]["x"] == pytest.approx(1.75, abs=0.01)
+    assert points["prism"]["x"] == pytest.approx(1.61, abs=0.01)
+    recs = {d["peer"]: d for d in report.dominance(list(points.values()))}
+    assert recs["bfq"]["default"] == "neither" and not recs["bfq"]["dominates"]
+    assert all(d["default"] == "neither" for d in recs.values())
+    text = "\n".join(report.dominance_lines(list(points.values())))
+    assert "- bfq (1.75x, 99.9 MiB/s): prism's default: neither dominates" in text
+    # Work conservation: prism moved about a tenth of the best total.
+    prism_work = [r["work_ratio"] for r in runs
+                  if r["workload"] == "database_backup" and r["scheduler"] == "prism"]
+    assert len(prism_work) == 5 and max(prism_work) < 0.2
+    assert extra["best_totals"]["6.12 database_backup"]["scheduler"] == "kyber"
+
+
+def test_a_repetition_that_did_no_work_counts():
+    runs = []
+    for rep in range(3):
+        alone = {"job": "database_sim", "p99_us": 1000.0, "ios": 100}
+        mix = [{"job": "database_sim", "p99_us": 2000.0, "ios": 100, "window_s": 20.0},
+               {"job": "backup_sim", "bw_kib": 0.0 if rep == 1 else 1024.0,
+                "ios": 0 if rep == 1 else 100, "p99_us": None if rep == 1 else 5000.0,
+                "window_s": 20.0}]
+        for w, jobs in (("database_alone", [alone]), ("database_backup", mix)):
+            runs.append({"kernel": "6.12", "kernel_release": "x", "workload": w,
+                         "scheduler": "prism", "rep": rep, "wall_s": 22, "jobs": jobs})
+    summaries, _ = report.analyse(runs)
+    backup = next(s for s in summaries if s["job"] == "backup_sim")
+    assert backup["starved"] == 1 and backup["reps"] == 3
+    # Counted: a mean of 2/3 MiB/s, and its latency at least the window.
+    assert backup["metrics"]["bw_kib"]["n"] == 3
+    assert backup["metrics"]["bw_kib"]["mean"] == pytest.approx(2048 / 3)
+    assert backup["metrics"]["p99_us"]["max"] == 20e6
+    assert report.starved_note(backup) == " (starved in 1 of 3)"
+
+
+def test_device_use_from_the_drives_trace():
+    ssd = {"profile": "ssd-model", "disk_params": {"channels": 8}}
+    # 0.35 channel-seconds a second of eight: 4% used, though io_ticks said 95%.
+    assert report.device_use({"busy_s": 7.0, "span_s": 20.0}, ssd) == pytest.approx(0.04375)
+    assert report.device_use({"busy_s": 19.0, "span_s": 20.0},
+                             {"profile": "hdd"}) == pytest.approx(0.95)
+    cloud = {"profile": "cloud", "disk_params": {"iops_limit": 3000, "bandwidth_mib": 125.0,
+                                                 "iops_size_kib": 256}}
+    # 35 MiB/s in 128 KiB commands: 28% of the bandwidth, 9% of the commands.
+    use = report.device_use({"bytes": 35 * 2**20 * 20, "commands": 280 * 20,
+                             "span_s": 20.0}, cloud)
+    assert use == pytest.approx(0.28)
+    assert report.device_use({"media_busy_frac": 0.9}, ssd) is None     # an old summary
+
+
+def test_the_drive_trace_counts_bulk_commands_served_in_sequence(tmp_path):
+    rows = ["op,sector,sectors,cached,start_s,end_s,service_ms,late_ms",
+            # The backup (from 1 GiB) streams, pays a seek after the
+            # database's read, then streams again: of the three bulk
+            # commands after the first, two were served in sequence.
+            "read,2097152,256,0,0.000,0.010,10,0",
+            "read,2097408,256,0,0.010,0.020,10,0",
+            "read,100,8,0,0.020,0.030,10,0",
+            "read,2097664,256,0,0.030,0.040,10,0",
+            "read,2097920,256,0,0.040,0.050,10,0"]
+    trace = tmp_path / stats.TRACE_NAME
+    trace.write_text("\n".join(rows) + "\n")
+    region = WORKLOADS["database_backup"].low_region()
+    assert region == (2**30, 3 * 2**30)
+    d = stats.trace_summary(trace, region)
+    assert d["bulk_media_ops"] == 3 and d["bulk_sequential_frac"] == pytest.approx(2 / 3)
+    assert d["busy_s"] == pytest.approx(0.05) and d["span_s"] == pytest.approx(0.05)
+    assert d["bytes"] == (4 * 256 + 8) * 512
 
 
 def test_histogram_logs_become_per_second_p99(tmp_path):
@@ -825,11 +975,11 @@ def test_flight_table_reads_prisms_decisions():
     lines = report.flight_table(runs)
     row = next(line for line in lines if line.startswith("| prism |"))
     cells = [c.strip() for c in row.strip("|").split("|")]
-    assert cells[1].startswith("15.00 ± ")       # window, ms, mean of 14 and 16
-    assert cells[2] == "-" and cells[3] == "2.00 ± 0.00"
-    assert cells[4] == "15.00 ± 0.00" and cells[8] == "50 ± 0" and cells[9] == "20 ± 0"
-    assert cells[10] == "7 ± 0" and cells[11] == "3 ± 0"
-    assert cells[12] == "50 ± 0 %"
+    assert cells[1] == "15.00 (14.00-16.00)"   # window, ms: two runs give the range
+    assert cells[2] == "-" and cells[3] == "2.00"
+    assert cells[4] == "15.00" and cells[8] == "50" and cells[9] == "20"
+    assert cells[10] == "7" and cells[11] == "3"
+    assert cells[12] == "50 %"
     assert not any(line.startswith("| none |") for line in lines)
     assert report.flight_table([{"scheduler": "none"}]) == []
 
@@ -870,7 +1020,7 @@ def test_latency_table_reads_prisms_histograms():
     low = next(x for x in lines if "| LOW | read |" in x)
     assert lines.index(high) < lines.index(low)
     cells = [c.strip() for c in low.split("|")]
-    assert cells[4] == "10 ± 0"                          # requests, from device counts
+    assert cells[4] == "10"                              # requests, from device counts
     assert cells[5].startswith("1.50")                    # wait P50 in ms
     assert cells[7].startswith("3.00")                    # device P50
     assert report.latency_table([{"scheduler": "none"}]) == []
@@ -899,11 +1049,11 @@ def test_flight_series_table_shows_the_controller_during_the_runs():
     lines = report.flight_series_table(runs)
     row = next(line for line in lines if line.startswith("| prism |"))
     cells = [c.strip() for c in row.strip("|").split("|")]
-    assert cells[1].startswith("4 ± ")                 # samples
-    assert cells[2].startswith("2.0 ± ")               # medians 3 and 1
-    assert cells[3].startswith("2 ± ")                 # least 2 and 1, mean 1.5 -> 2
-    assert cells[4].startswith("88 ± ")                # duty medians 100 and 75
-    assert cells[5].startswith("75 ± ")                # limited 3/4 and 3/4
+    assert cells[1] == "4"                             # samples
+    assert cells[2] == "2.0 (1.0-3.0)"                 # medians 3 and 1
+    assert cells[3].startswith("2 (")                  # least 2 and 1, mean 1.5 -> 2
+    assert cells[4] == "88 (75-100)"                   # duty medians 100 and 75
+    assert cells[5] == "75 %"                          # limited 3/4 and 3/4
     assert not any(line.startswith("| none |") for line in lines)
     assert report.flight_series_table([{"scheduler": "prism"}]) == []
 
@@ -927,9 +1077,9 @@ def test_cost_table_shows_what_each_variant_charged():
             for line in lines if line.startswith("| prism")}
     assert set(rows) == {"prism", "prism:cost_model=auto"}
     assert rows["prism"][1:3] == ["flash", "off"]
-    assert rows["prism"][3] == "20.0 ± 0.0" and rows["prism"][5] == "2,000.0 ± 0.0"
+    assert rows["prism"][3] == "20.0" and rows["prism"][5] == "2,000.0"
     assert rows["prism:cost_model=auto"][2] == "in_force"
-    assert rows["prism:cost_model=auto"][3].startswith("5,000.0 ± ")
+    assert rows["prism:cost_model=auto"][3].startswith("5,000.0 (")
     assert report.cost_table([{"scheduler": "none"}]) == []
 
 
@@ -948,3 +1098,23 @@ def test_cgroup_workloads_name_their_cgroups_in_the_job_file():
             assert re.search(r"^cgroup_nodelete=1$", text, re.M), w.name
             assert all(1 <= weight <= 1000 for _, weight in w.cgroups), w.name  # bfq's range
         assert {name for name, _ in w.io_max} <= used, w.name
+
+
+def test_only_committed_source_is_measured_into_docs_results(tmp_path, monkeypatch):
+    import argparse
+    args = argparse.Namespace(device="hdd", accel="tcg", reps=1, runtime=1, ramp=0,
+                              workload="database_backup", disk_params=None,
+                              schedulers="none,prism", pgbench_scale=1, kernel="6.12",
+                              out=str(bench.RESULTS_DIR / "hdd-try"))
+    monkeypatch.setattr(bench, "source_revision", lambda: "0123456789ab+changes")
+    with pytest.raises(UsageError, match="committed source only"):
+        bench.validate(args)
+    # Relative paths and paths through .. are the same place.
+    bench.check_committed(str(tmp_path), "0123456789ab+changes")
+    with pytest.raises(UsageError):
+        bench.check_committed(str(bench.RESULTS_DIR / ".." / "results" / "x"), None)
+    args.out = str(tmp_path / "experiment")
+    bench.validate(args)
+    monkeypatch.setattr(bench, "source_revision", lambda: "0123456789ab")
+    args.out = str(bench.RESULTS_DIR / "hdd-try")
+    bench.validate(args)

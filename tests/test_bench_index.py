@@ -3,8 +3,6 @@ kept current."""
 
 import json
 
-import pytest
-
 from prism import cli
 from prism.bench import index
 
@@ -14,7 +12,7 @@ def _report(root, name, created, workloads, source="abc123", profile="hdd", iso=
     d = root / name
     d.mkdir()
     summaries = [{"kernel": "6.12", "workload": "database_backup", "scheduler": s,
-                  "job": "database_sim", "metrics": {"isolation_ratio": {"mean": v}}}
+                  "job": "database_sim", "metrics": {"common_ratio": {"mean": v}}}
                  for s, v in (("none", 2.0), ("prism", iso))]
     (d / "results.json").write_text(json.dumps({
         "created": created + "T10:00:00+00:00",
@@ -41,7 +39,8 @@ def test_the_index_lists_reports_and_what_supersedes_them(tmp_path):
     old = rows[3]
     assert "`abc123`" in old and "| hdd |" in old and "database_backup" in old
     assert "database_alone" not in old                   # baselines left out
-    assert "prism 1.30x (none 2.00x)" in old
+    assert "over the common baseline: prism 1.30x (none 2.00x)" in old
+    assert "| `abc123` | - |" in old                     # a commit not in this history
     assert old.rstrip(" |").endswith("[new](new/report.md)")   # same disk, same workloads, later
     assert rows[2].endswith("|  |")                      # nothing later on hdd
     assert "[profile-6.12](profile-6.12/)" in text
@@ -51,50 +50,6 @@ def test_the_committed_index_is_current():
     """A report committed without `prism bench index` leaves the index
     behind: this says so."""
     assert cli.main(["bench", "index", "--check"]) == 0, "run: prism bench index"
-
-
-def _expect_report(root, name, iso, mib, created="2026-12-04", source="abcdef123456"):
-    d = root / name
-    d.mkdir()
-    summaries = []
-    for s in index.EXPECT_SCHEDULERS:
-        summaries += [{"workload": "database_backup", "scheduler": s, "job": "database_sim",
-                       "metrics": {"isolation_ratio": {"mean": iso[s]}}},
-                      {"workload": "database_backup", "scheduler": s, "job": "backup_sim",
-                       "metrics": {"bw_kib": {"mean": mib[s] * 1024}}}]
-    (d / "results.json").write_text(json.dumps({
-        "created": created + "T10:00:00+00:00",
-        "plan": {"profile": "hdd", "workloads": ["database_alone", "database_backup"],
-                 "schedulers": list(index.EXPECT_SCHEDULERS), "reps": 5, "source": source},
-        "runs": [{"kernel": "6.12"}], "summaries": summaries}))
-
-
-def test_the_readme_table_comes_from_the_named_reports(tmp_path):
-    for i, (_, name) in enumerate(index.EXPECT_REPORTS):
-        _expect_report(tmp_path, name,
-                       {s: 1.0 + i + k / 10 for k, s in enumerate(index.EXPECT_SCHEDULERS)},
-                       {s: 10.0 * (i + 1) + k for k, s in enumerate(index.EXPECT_SCHEDULERS)})
-    table = index.expect_table(tmp_path)
-    rows = table.splitlines()
-    assert rows[0] == "| scheduler | hdd | hdd-ncq | ssd | cloud |"
-    assert rows[2] == ("| none | 1.00x, 10.0 MiB/s | 2.00x, 20.0 MiB/s | 3.00x, 30.0 MiB/s | "
-                       "4.00x, 40.0 MiB/s |")
-    assert rows[6] == ("| prism | **1.40x, 14.0 MiB/s** | **2.40x, 24.0 MiB/s** | "
-                       "**3.40x, 34.0 MiB/s** | **4.40x, 44.0 MiB/s** |")
-    assert "hdd [2026-12-04, `abcdef1`, 5 reps](docs/results/hdd-v3-v2-6.12/report.md)" \
-        in rows[-1]
-    readme = ("# x\n\nbefore\n" + index.EXPECT_BEGIN + "\nold table\n" + index.EXPECT_END
-              + "\nafter\n")
-    new = index.readme_with_table(readme, table)
-    assert new == ("# x\n\nbefore\n" + index.EXPECT_BEGIN + "\n" + table + index.EXPECT_END
-                   + "\nafter\n")
-    assert index.readme_with_table(new, table) == new
-    # A named report missing, or a README without the markers, is said plainly.
-    (tmp_path / "cloud-v3-v2-6.12" / "results.json").unlink()
-    with pytest.raises(FileNotFoundError, match="EXPECT_REPORTS"):
-        index.expect_table(tmp_path)
-    with pytest.raises(ValueError, match="lacks the lines"):
-        index.readme_with_table("# no markers\n", table)
 
 
 def test_the_index_leaves_out_a_run_still_going(tmp_path):

@@ -3,6 +3,7 @@ no build): usage errors exit 2, make nothing, name options as the person
 typed them; scheduler variants are checked before anything is built."""
 
 import argparse
+import json
 import re
 import shutil
 from pathlib import Path
@@ -15,7 +16,32 @@ from prism.guest import selftest
 from prism.host import build, kernels, vm
 
 REPO = Path(__file__).resolve().parent.parent
-RECORDED = REPO / "docs" / "results" / "demo-hdd-6.12"
+FIO_RUN = REPO / "tests" / "data" / "fio-run"
+
+
+def recorded_report(where: Path) -> Path:
+    """A report directory as prism bench run leaves it (results.json,
+    report.md, plots, raw.tar.xz), from the recorded fio run as baseline
+    and mix."""
+    import json
+
+    from prism.bench import plan as bench
+    from prism.bench import report
+    rep = where / "report"
+    raw = rep / "raw" / "6.12"
+    metas = []
+    for i, (w, s) in enumerate([("database_alone", "prism"), ("database_backup", "prism")]):
+        d = raw / f"{i:03d}-{w}-{s}-r0"
+        shutil.copytree(FIO_RUN, d)
+        meta = json.loads((d / "meta.json").read_text())
+        meta.update(workload=w, scheduler=s, rep=0, dir=d.name)
+        metas.append(meta)
+    plan = {"profile": "nullb-ssd", "reps": 1, "runtime": 3, "ramp": 1,
+            "workloads": ["database_alone", "database_backup"], "schedulers": ["prism"]}
+    (raw / "manifest.json").write_text(json.dumps({"plan": plan, "runs": metas}))
+    report.write_all(rep, "prism bench run recorded", plan, report.collect(raw, "6.12"))
+    bench.archive_raw(rep)
+    return rep
 
 
 @pytest.fixture
@@ -169,6 +195,7 @@ def test_in_tree_tunables_exist_in_the_kernels_source():
 # --- prism bench report --out ---------------------------------------------
 
 def test_a_committed_report_is_rebuilt_elsewhere_untouched(tmp_path):
+    RECORDED = recorded_report(tmp_path)
     before = {p.name: p.read_bytes() for p in RECORDED.iterdir()}
     out = tmp_path / "again"
     assert cli.main(["bench", "report", str(RECORDED), "--out", str(out)]) == 0
@@ -190,3 +217,185 @@ def test_disk_params_say_which_megabyte(capsys):
                 assert "(1e6 bytes)" in line, line
             if line.startswith("write_cache_mb"):
                 assert "MiB" in line, line
+
+
+# --- usage errors before any build or boot (issue 58) ----------------------
+
+@pytest.fixture
+def nothing_boots(monkeypatch):
+    """nothing_runs, and blktests' build and the profile's boot too."""
+    def refuse(*args, **kwargs):
+        raise AssertionError("built or booted before the arguments were checked")
+    for mod, name in ((build, "build"), (vm, "run"), (plan, "run_on_device"),
+                      (plan, "run_in_vm"), (cli.blktests, "prepare"), (cli.insnprof, "run"),
+                      (cli.twin, "build_twin")):
+        monkeypatch.setattr(mod, name, refuse)
+
+
+@pytest.mark.parametrize("argv, said", [
+    (["bench", "run", "--workload", "database_backup", "--device", "hdd",
+      "--schedulers", "none,prism:low_share=999", "--out", "o"],
+     "999 is out of prism's range for low_share, 0 to 50"),
+    (["bench", "run", "--workload", "database_backup", "--device", "hdd",
+      "--schedulers", "prism:be_tiers=2", "--out", "o"],
+     "2 is out of prism's range for be_tiers, 1 to 3 except 2"),
+    (["bench", "run", "--workload", "database_backup", "--device", "hdd",
+      "--schedulers", "prism:slice_idle_us=soon", "--out", "o"],
+     "slice_idle_us takes a whole number, not 'soon'"),
+    (["selftest", "--only", "nosuchcheck"], "no check nosuchcheck in the main suite"),
+    (["selftest", "--only", "tunable"], "(did you mean tunables?)"),
+    (["selftest", "--suite", "cloud", "--only", "tunables"],
+     "no check tunables in the cloud suite"),
+    (["blktests", "--tests", "nosuch"], "'block' (the whole group) or a comma list"),
+    (["vm", "--kernel", "", "--", "true"], "--kernel '' names no kernel"),
+    (["selftest", "--kernel", ","], "--kernel ',' names no kernel"),
+    (["build", "--kernel", "", "--no-fetch"], "--kernel '' names no kernel"),
+])
+def test_out_of_range_values_exit_2_before_any_build(argv, said, nothing_boots, capsys,
+                                                     tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("prism: error: ") and said in err[0], err
+    assert not (tmp_path / "o").exists()
+
+
+def test_an_unknown_blktests_test_exits_2(nothing_boots, capsys, monkeypatch):
+    monkeypatch.setattr(cli.blktests, "available_tests", lambda: {"block/005", "block/031"})
+    assert cli.main(["blktests", "--tests", "block/005,block/999"]) == 2
+    assert "has no block/999" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, said", [
+    (["vm", "--cpus", "0", "--", "true"], "argument --cpus: '0' is not a whole number above 0"),
+    (["selftest", "--memory", "lots"], "argument --memory: 'lots' is not a memory size"),
+    (["bench", "run", "--workload", "database_backup", "--out", "o", "--timeout", "-5"],
+     "argument --timeout: '-5' is not a number of seconds above 0"),
+    (["profile", "--timeout", "0"], "argument --timeout: '0' is not a number of seconds"),
+    (["stress", "--cpus", "two"], "argument --cpus: 'two' is not a whole number above 0"),
+])
+def test_vm_options_out_of_range_are_usage_errors(argv, said, nothing_boots, capsys):
+    with pytest.raises(SystemExit) as e:
+        cli.main(argv)
+    assert e.value.code == 2 and said in capsys.readouterr().err
+
+
+def test_vm_options_in_range_parse():
+    args = cli.parser().parse_args(["vm", "--cpus", "4", "--memory", "512M",
+                                    "--timeout", "90.5", "--", "true"])
+    assert (args.cpus, args.memory, args.timeout) == (4, "512M", 90.5)
+    assert cli.parser().parse_args(["vm", "--memory", "4096", "--", "x"]).memory == "4096"
+
+
+def test_the_harness_ranges_are_the_modules():
+    """plan.check_value refuses what the module would, from the table the
+    guest's checks use (selftest.TUNABLES): the same ranges as
+    prism_attr_ranges in module/prism_sysfs.c, so they cannot drift."""
+    src = (REPO / "module" / "prism_sysfs.c").read_text()
+    defines = {"INT_MAX": str(2**31 - 1), "NSEC_PER_USEC": "1000", "USEC_PER_SEC": "1000000",
+               "NSEC_PER_MSEC": "1000000"}
+    for f in sorted((REPO / "module").glob("*.[ch]")):
+        for name, val in re.findall(r"^#define\s+(PRISM_\w+)\s+([^/\n]+)", f.read_text(), re.M):
+            defines.setdefault(name, val.strip())
+
+    def value(expr: str) -> int:
+        for _ in range(5):
+            expr = re.sub(r"\b[A-Z_][A-Z0-9_]*\b", lambda m: f"({defines[m[0]]})", expr)
+        return int(eval(re.sub(r"(\d+)U?L*L?\b", r"\1", expr)))
+
+    ids = dict(re.findall(r"^PRISM_ATTR\((\w+), (\w+)\)", src, re.M))
+    table = re.search(r"prism_attr_ranges\[\] = \{(.*?)\n\};", src, re.S)[1]
+    ranges = {id_: (value(lo), value(hi)) for id_, lo, hi in
+              re.findall(r"\[(\w+)\]\s*=\s*\{\s*([^,]+),\s*([^}]+?)\s*\}", table)}
+    assert len(ranges) == len(ids) == len(selftest.TUNABLES)
+    assert {name: ranges[id_] for name, id_ in ids.items()} == \
+        {name: (lo, hi) for name, (_d, _g, lo, hi) in selftest.TUNABLES.items()}
+
+
+def test_a_missing_fio_is_reported_after_the_usage_checks(nothing_boots, capsys, monkeypatch):
+    monkeypatch.setattr(plan.shutil, "which", lambda name: None)
+    assert cli.main(["bench", "run", "--workload", "database_backup", "--device", "hdd",
+                     "--schedulers", "prism:low_share=999", "--out", "o"]) == 2
+    assert "out of prism's range" in capsys.readouterr().err
+    assert cli.main(["bench", "run", "--workload", "database_backup", "--device", "hdd",
+                     "--out", "o"]) == 1
+    assert "fio not found" in capsys.readouterr().err
+
+
+# --- prism vm and prism profile keep to 0, 1 and 2 ----------------------
+
+def _guest(returncode: int, dmesg: str = "", timed_out: bool = False):
+    def run(*args, **kwargs):
+        return vm.VmResult(returncode=returncode, output="", dmesg=dmesg,
+                           rundir=Path("/run/x"), elapsed=3.0, timed_out=timed_out)
+    return run
+
+
+@pytest.mark.parametrize("rc, dmesg, timed_out, status, said", [
+    (0, "", False, 0, None),
+    (3, "", False, 1, "6.12: the guest's command exited 3"),
+    (124, "", False, 1, "the guest's command exited 124"),
+    (-1, "", True, 1, "never ended (killed after --timeout"),
+    (-1, "", False, 1, "never ended (the guest died; see /run/x/console.txt)"),
+    (0, "[  1.0] WARNING: CPU: 0 PID: 1 at block/x.c:1 f+0x1/0x2\n", False, 1,
+     "exited 0, but the kernel log reports problems"),
+])
+def test_vm_maps_the_guests_exit_code(rc, dmesg, timed_out, status, said, monkeypatch, capsys):
+    monkeypatch.setattr(build, "build", lambda k: Path("/x.ko"))
+    monkeypatch.setattr(vm, "check_disks", lambda disks, accel: None)
+    monkeypatch.setattr(vm, "new_rundir", lambda: Path("/run/x"))
+    monkeypatch.setattr(vm, "run", _guest(rc, dmesg, timed_out))
+    assert cli.main(["vm", "--kernel", "6.12", "--", "false"]) == status
+    err = capsys.readouterr().err
+    if said:
+        assert "prism: error: " in err and said in err, err
+    else:
+        assert "error" not in err
+
+
+def test_profile_maps_the_guests_exit_code(monkeypatch, capsys):
+    monkeypatch.setattr(build, "build", lambda k: Path("/x.ko"))
+    monkeypatch.setattr(vm, "new_rundir", lambda: Path("/run/x"))
+    monkeypatch.setattr(cli.insnprof, "run", _guest(125))
+    assert cli.main(["profile", "--kernel", "6.12"]) == 1
+    assert "the guest's command exited 125" in capsys.readouterr().err
+
+
+# --- help texts ---------------------------------------------------------
+
+def test_every_subcommand_says_what_it_does_in_plain_words():
+    for p in _parsers(cli.parser()):
+        assert p.description, f"{p.prog} has no description"
+        texts = [p.description] + [a.help or "" for a in p._actions]
+        for text in texts:
+            assert not re.search(r"\b[0-9a-f]{7,12}\b", text), (p.prog, text)
+            assert "test suite" not in text, (p.prog, text)
+            assert not re.search(r"seed \d{3}", text), (p.prog, text)
+
+
+# --- Command: in a report -------------------------------------------------
+
+def test_a_report_records_the_command_as_given(tmp_path, monkeypatch):
+    """The arguments main() was given (not the process's sys.argv), and
+    a report rebuilt elsewhere names where it now is."""
+    seen = {}
+    monkeypatch.setattr(plan, "run", lambda args, command=None: seen.setdefault(
+        "command", command or plan.command_line(args)))
+    monkeypatch.setattr(plan.sys, "argv", ["pytest", "-q"])
+    cli.main(["bench", "run", "--workload", "database_backup", "--out", "results/sdx x"])
+    assert seen["command"] == "prism bench run --workload database_backup --out 'results/sdx x'"
+    assert plan.with_out("prism bench run --out /root/adhoc/r --timeout 3000",
+                         "docs/results/r") == \
+        "prism bench run --out docs/results/r --timeout 3000"
+    # A run made in a scratch directory, rebuilt into its place.
+    scratch = tmp_path / "scratch"
+    shutil.copytree(recorded_report(tmp_path), scratch)
+    doc = json.loads((scratch / "results.json").read_text())
+    doc["command"] = "prism bench run --workload database_backup --out /root/adhoc/r --reps 3"
+    (scratch / "results.json").write_text(json.dumps(doc))
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["bench", "report", str(scratch), "--out", "docs/results/r"]) == 0
+    out = tmp_path / "docs" / "results" / "r"
+    command = json.loads((out / "results.json").read_text())["command"]
+    assert command == "prism bench run --workload database_backup --out docs/results/r --reps 3"
+    assert f"Command: `{command}`" in (out / "report.md").read_text()

@@ -114,7 +114,7 @@ def test_dpkg_runs_the_trigger_when_a_package_puts_files_in_usr_src(dkms_package
     (tree / "DEBIAN").mkdir(parents=True)
     (tree / "DEBIAN" / "control").write_text(
         f"Package: {probe}\nVersion: 1\nArchitecture: all\n"
-        "Maintainer: prism tests <prism-iosched@lists.debian.net>\n"
+        "Maintainer: prism tests <prism-iosched@example.invalid>\n"
         "Description: puts a file under /usr/src (tests/test_deb.py)\n")
     (tree / "usr" / "src" / probe).mkdir(parents=True)
     (tree / "usr" / "src" / probe / "probe").write_text("\n")

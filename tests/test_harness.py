@@ -313,7 +313,7 @@ def test_selftest_counts_a_starved_job_as_zero_latency():
     then read 0, not be missing (a missing one broke the check once)."""
     import json
 
-    from prism.guest import selftest
+    from prism.guest.checks import helpers
     data = json.loads((REPO / "tests" / "data" / "fio-run" / "fio.json").read_text())
     job = data["jobs"][1]
     for d in ("read", "write"):
@@ -321,7 +321,7 @@ def test_selftest_counts_a_starved_job_as_zero_latency():
         job[d]["iops"] = 0.0
         job[d]["lat_ns"]["N"] = 0
         job[d]["clat_ns"]["N"] = 0
-    rec = selftest.job({"jobs": [job]}, job["jobname"])
+    rec = helpers.job({"jobs": [job]}, job["jobname"])
     assert rec["ios"] == 0
     assert rec["lat_max_us"] == 0.0 and rec["clat_p99_us"] == 0.0 and rec["lat_mean_us"] == 0.0
 
@@ -458,7 +458,7 @@ def test_a_vm_that_exits_before_the_guest_starts_is_booted_once_more(monkeypatch
 def test_per_second_ios_counts_a_stalled_logs_gap_as_a_second_without_io(tmp_path):
     """fio's iops log (1000 ms averages) skips entries while its job is
     stalled; pacing_writeback_cloud must not read a 3 s gap as moving."""
-    from prism.guest.selftest import per_second_ios
+    from prism.guest.checks.helpers import per_second_ios
     log = tmp_path / "x_iops.1.log"
     log.write_text("1000, 14, 0, 0, 0\n2001, 3, 0, 0, 0\n5004, 1, 0, 0, 0\n"
                    "6003, 2, 0, 0, 0\n7004, 5, 0, 0, 0\n")

@@ -1,18 +1,25 @@
 """prism status on a fake /sys and debugfs, in the formats the module
 writes (module/prism_debugfs.c): what it reads, what it says; and that
-it stands alone, as the package ships it."""
+it stands alone, as the package and make install ship it
+(tools/prism-status, which prism/common/status.py links to)."""
 
 import ast
 import io
 import json
+import lzma
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from prism import cli
 from prism.common import status
 from prism.guest.selftest import KEYWORD_TUNABLES, TUNABLES
+
+REPO = Path(__file__).resolve().parent.parent
+TOOL = REPO / "tools" / "prism-status"
 
 TIERS = ("tier queued inserted requeued dispatched merged aged shared expired completed "
          "inflight owned max_owned foreign throttled direct passthrough\n"
@@ -71,7 +78,34 @@ def fake(tmp_path, monkeypatch):
     monkeypatch.setattr(status, "DEBUGFS", dbg)
     monkeypatch.setattr(status, "MOUNTS", mounts)
     monkeypatch.setattr(status, "LOCKDOWN", tmp_path / "no-lockdown")
+    # Loaded (sda offers prism), from no module tree modprobe knows.
+    sysmod = tmp_path / "sys" / "module" / "prism_iosched"
+    sysmod.mkdir(parents=True)
+    (sysmod / "version").write_text("3.0.0\n")
+    monkeypatch.setattr(status, "SYS_MODULE", sysmod)
+    monkeypatch.setattr(status, "LIB_MODULES", tmp_path / "lib" / "modules")
     return sched
+
+
+def unload(tmp_path, installed: str | None = None) -> None:
+    """The fake machine without prism loaded (no disk offers it), and with
+    @installed (a file name under updates/dkms) in the running kernel's
+    modules.dep, a module whose modinfo says version 3.0.0."""
+    for q in (tmp_path / "sys" / "block").glob("*/queue"):
+        words = (q / "scheduler").read_text().replace("[prism]", "[none]").split()
+        (q / "scheduler").write_text(" ".join(w for w in words if w != "prism") + "\n")
+    (status.SYS_MODULE / "version").unlink()
+    status.SYS_MODULE.rmdir()
+    tree = status.LIB_MODULES / os.uname().release
+    tree.mkdir(parents=True)
+    dep = "kernel/block/kyber-iosched.ko.xz:\n"
+    if installed:
+        ko = tree / "updates" / "dkms" / installed
+        ko.parent.mkdir(parents=True)
+        info = b"\x7fELF...\0srcversion=ABCDEF\0version=3.0.0\0license=GPL\0"
+        ko.write_bytes(lzma.compress(info) if installed.endswith(".xz") else info)
+        dep += f"updates/dkms/{installed}:\n"
+    (tree / "modules.dep").write_text(dep)
 
 
 def test_status_reads_prism_and_names_what_changed(fake):
@@ -165,7 +199,8 @@ def test_status_watch_refreshes_until_interrupted(fake, monkeypatch):
 
 def test_status_stands_alone_on_the_standard_library():
     """The package installs the file as /usr/sbin/prism-status: it may
-    import nothing but the standard library, and runs as a script."""
+    import nothing but the standard library, and runs as a script, its
+    own file, run as itself (#!/usr/bin/python3)."""
     tree = ast.parse(open(status.__file__).read())
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom):
@@ -178,10 +213,10 @@ def test_status_stands_alone_on_the_standard_library():
         for name in names:
             top = name.split(".")[0]
             assert top in sys.stdlib_module_names or top == "__future__", name
-    r = subprocess.run([sys.executable, "-I", status.__file__, "--help"], cwd="/",
+    r = subprocess.run([str(TOOL), "--help"], cwd="/",
                        capture_output=True, text=True)
     assert r.returncode == 0 and "prism-status" in r.stdout, r.stderr
-    r = subprocess.run([sys.executable, "-I", status.__file__, "no-such-disk"], cwd="/",
+    r = subprocess.run([sys.executable, "-I", str(TOOL), "no-such-disk"], cwd="/",
                        capture_output=True, text=True)
     assert r.returncode == 2 and "no-such-disk: no such disk" in r.stderr
 
@@ -210,8 +245,69 @@ def test_status_refuses_a_watch_of_no_time(fake, capsys):
     assert e.value.code == 2 and "not a number of seconds above 0" in capsys.readouterr().err
 
 
-def test_status_says_when_prism_is_not_loaded():
-    rec = {"dev": "nvme0n1", "scheduler": "none", "rotational": False, "nr_requests": 1023,
-           "offered": ["none", "mq-deadline"]}
-    text = status.format_status([rec])
+def test_status_says_when_prism_is_not_loaded(fake, tmp_path):
+    unload(tmp_path, installed="prism-iosched.ko.xz")
+    text = status.format_status(status.status(["vda"]))
     assert "prism is not active here, nor loaded (modprobe prism-iosched)" in text
+
+
+def test_status_says_when_prism_is_not_installed(fake, tmp_path, capsys):
+    """No modprobe to suggest when modprobe cannot find the module; the
+    same words in --json."""
+    unload(tmp_path)
+    text = status.format_status(status.status(["sda", "vda"]))
+    assert "modprobe" not in text
+    assert text.count("prism-iosched is not installed for this kernel "
+                      f"({os.uname().release})") == 2
+    assert cli.main(["status", "--json", "vda"]) == 0
+    rec = json.loads(capsys.readouterr().out)[0]
+    assert "not installed for this kernel" in rec["hint"] and "tiers" not in rec
+
+
+def test_status_version_of_the_loaded_or_installed_module(fake, tmp_path, capsys):
+    out = io.StringIO()
+    assert status.run([], version=True, out=out) == 0
+    assert out.getvalue() == "prism-iosched 3.0.0, loaded\n"
+    # Not loaded: the version is read from the file modprobe would load.
+    unload(tmp_path, installed="prism-iosched.ko.xz")
+    assert cli.main(["status", "--version"]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith("prism-iosched 3.0.0, installed for ") and "not loaded" in text
+    assert "updates/dkms/prism-iosched.ko.xz" in text
+
+
+def test_status_version_when_nothing_is_installed(fake, tmp_path, capsys):
+    unload(tmp_path)
+    assert status.main(["--version"]) == 1
+    assert capsys.readouterr().out == \
+        f"prism-iosched is not installed for this kernel ({os.uname().release})\n"
+    assert status.main(["--version", "--json"]) == 1
+    info = json.loads(capsys.readouterr().out)
+    assert info == {"kernel": os.uname().release, "loaded": False, "installed": None,
+                    "version": None}
+
+
+def test_one_copy_of_prism_status():
+    """The harness imports the file the package and make install ship."""
+    assert Path(status.__file__).resolve() == TOOL
+    assert os.access(TOOL, os.X_OK)
+    rules = (REPO / "packaging" / "debian" / "rules").read_text()
+    assert "install -D -m 755 tools/prism-status" in rules
+
+
+def test_make_install_tools_installs_and_uninstalls_them(tmp_path):
+    """make install's tools part, which builds nothing: prism-status and
+    prism-cgroup-weight in PREFIX/sbin, and gone after make uninstall's."""
+    dest = tmp_path / "root"
+    r = subprocess.run(["make", "-s", "-C", str(REPO / "module"), "install-tools",
+                        f"DESTDIR={dest}"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    sbin = dest / "usr" / "local" / "sbin"
+    assert sorted(p.name for p in sbin.iterdir()) == ["prism-cgroup-weight", "prism-status"]
+    assert (sbin / "prism-status").read_bytes() == TOOL.read_bytes()
+    assert os.access(sbin / "prism-status", os.X_OK)
+    r = subprocess.run(["make", "-s", "-C", str(REPO / "module"), "uninstall-tools",
+                        f"DESTDIR={dest}"], capture_output=True, text=True)
+    assert r.returncode == 0 and not list(sbin.iterdir()), r.stderr
+    makefile = (REPO / "module" / "Makefile").read_text()
+    assert "install: all install-tools" in makefile and "uninstall: uninstall-tools" in makefile

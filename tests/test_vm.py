@@ -1,7 +1,7 @@
 """The kernel tests: one QEMU boot per supported kernel runs the whole
-in-guest suite (prism/guest/selftest.py); each check is asserted here on its
-own, and after each boot the kernel log must hold no WARN, BUG, oops,
-lockdep or hung-task report.
+in-guest suite (prism/guest/selftest.py, the checks in prism/guest/checks/);
+each check is asserted here on its own, and after each boot the kernel log
+must hold no WARN, BUG, oops, lockdep or hung-task report.
 
 Skipped with --no-vm. Kernels: --kernels 6.1,6.12 (default: the pins with
 vm_tested=True in prism/host/kernels.py).

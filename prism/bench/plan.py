@@ -7,6 +7,7 @@ import dataclasses
 import difflib
 import json
 import os
+import re
 import shlex
 import shutil
 import stat
@@ -21,6 +22,7 @@ from pathlib import Path
 from ..common import stats, workloads
 from ..common.errors import PrismError, UsageError
 from ..drives import diskmodel
+from ..guest import selftest
 from ..guest.benchrun import MODEL_PROFILES, NULLB_PROFILES, parse_scheduler, rep_range
 from ..guest.system import NVME_SERIAL, PGIMAGE_SERIAL, TWIN_LOADED, TWIN_SCHEDULER, VIRTIO_SERIAL
 from ..host import build, kernels, pgimage, twin, vm
@@ -82,6 +84,24 @@ def check_tunable(name: str, key: str, spec: str) -> None:
                      + f"; its tunables: {', '.join(sorted(known))}")
 
 
+def check_value(name: str, key: str, val: str, spec: str) -> None:
+    """Refuse a value of a prism tunable that the module would refuse,
+    here on the host. The ranges are the table the guest's checks hold
+    the module to (selftest.TUNABLES, TUNABLE_GAPS), which
+    tests/test_cli.py compares with module/prism_sysfs.c's."""
+    if name != "prism" or key not in selftest.TUNABLES:
+        return
+    try:
+        v = int(val, 0)     # as the module's kstrtoint(, 0)
+    except ValueError:
+        raise UsageError(f"{spec!r}: {key} takes a whole number, not {val!r}") from None
+    _default, _good, lo, hi = selftest.TUNABLES[key]
+    gaps = selftest.TUNABLE_GAPS.get(key, ())
+    if not lo <= v <= hi or v in gaps:
+        raise UsageError(f"{spec!r}: {val} is out of prism's range for {key}, {lo} to {hi}"
+                         + (f" except {', '.join(map(str, gaps))}" if gaps else ""))
+
+
 def parse_schedulers(text: str) -> list[str]:
     """'none,bfq:low_latency=0,slice_idle=0,prism' -> three specs: a
     key=value item without a scheduler name belongs to the one before."""
@@ -101,6 +121,7 @@ def parse_schedulers(text: str) -> list[str]:
             if not key or val == "":
                 raise UsageError(f"bad tunable in {spec!r}: write NAME=VALUE")
             check_tunable(name, key, spec)
+            check_value(name, key, val, spec)
     if not specs:
         raise UsageError("no scheduler named")
     if len(set(specs)) != len(specs):
@@ -257,6 +278,40 @@ def source_revision() -> str | None:
     return head + ("+changes" if dirty else "")
 
 
+RESULTS_DIR = build.REPO / "docs" / "results"
+
+
+def check_committed(out: str, revision: str | None) -> None:
+    """Only committed source is measured into the repository's results:
+    a report under docs/results/ must say which commit it measured, so a
+    tree whose module or harness differs from its commit writes elsewhere
+    (an experiment's output directory)."""
+    target = Path(out).resolve()
+    if target != RESULTS_DIR and RESULTS_DIR not in target.parents:
+        return
+    if revision is None or revision.endswith("+changes"):
+        raise UsageError(f"--out {out}: docs/results/ holds reports of committed source "
+                         "only, and module/ or prism/ differ from HEAD (commit them, or "
+                         "write the report elsewhere)")
+
+
+def command_line(args) -> str:
+    """The command as typed, for a report's Command: the arguments that
+    prism's main() was given (args.argv; sys.argv only without them),
+    the output directory as given."""
+    argv = getattr(args, "argv", None)
+    return "prism " + shlex.join(sys.argv[1:] if argv is None else argv)
+
+
+def with_out(command: str, out: str) -> str:
+    """A recorded @command with its --out naming @out instead: a report
+    written again elsewhere (prism bench report DIR --out OUT, a run made
+    in a scratch directory and rebuilt into docs/results/) records where
+    it is, not the scratch directory it was first written to."""
+    return re.sub(r"(--out[ =])('[^']*'|\S+)", lambda m: m[1] + shlex.quote(out), command,
+                  count=1)
+
+
 def make_plan(args) -> dict:
     plan = {"profile": "real" if args.device.startswith("/") else args.device,
             "device": args.device if args.device.startswith("/") else None,
@@ -282,8 +337,6 @@ def make_plan(args) -> dict:
 
 
 def validate(args) -> None:
-    if not shutil.which("fio"):
-        raise PrismError("fio not found (apt-get install fio)")
     if args.reps < 1 or args.runtime < 1 or args.ramp < 0:
         raise UsageError("--reps and --runtime must be at least 1, --ramp at least 0")
     boots = getattr(args, "boots", 1)
@@ -315,6 +368,11 @@ def validate(args) -> None:
         kernels.parse_booted(args.kernel)
     if names_twin(parse_schedulers(args.schedulers)):
         check_twin(args)
+    if getattr(args, "out", None):
+        check_committed(args.out, source_revision())
+    # Last: a usage error is worth knowing first.
+    if not shutil.which("fio"):
+        raise PrismError("fio not found (apt-get install fio)")
 
 
 def with_database(plan: dict) -> dict:
@@ -465,6 +523,8 @@ def _rebuild(src: Path, raw: Path, out: Path) -> list[dict]:
         runs += report.collect(d, kernel)
         plan = plan or json.loads((d / "manifest.json").read_text())["plan"]
     command = old.get("command", "(not recorded: rebuilt from the raw runs by prism bench report)")
+    if out != src:
+        command = with_out(command, str(out))
     assert plan is not None     # from results.json or the first manifest
     out.mkdir(parents=True, exist_ok=True)
     summaries = report.write_all(out, command, plan, runs)
@@ -480,7 +540,7 @@ def run(args, command: str | None = None) -> list[dict]:
     plan = make_plan(args)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    command = command or "prism " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    command = command or command_line(args)
     started = time.monotonic()
     runs: list[dict] = []
     if plan["profile"] == "real":

@@ -44,13 +44,15 @@ from __future__ import annotations
 import csv
 import datetime
 import json
+import math
 import statistics
 from pathlib import Path
 
 from ..common import stats
 from ..common.workloads import WORKLOADS
 
-SUMMARY_METRICS = ("iops", "bw_kib", "lat_mean_us", "clat_mean_us", "p50_us",
+SUMMARY_METRICS = ("iops", "bw_kib", "common_ratio", "work_ratio", "lat_mean_us",
+                   "clat_mean_us", "p50_us",
                    "p95_us", "p99_us", "p99_9_us", "lat_max_us", "usr_cpu",
                    "sys_cpu", "min_iops_1s", "isolation_ratio", "share",
                    "share_dev", "share_mean_dev", "fsync_mean_us", "fsync_p50_us",
@@ -103,35 +105,135 @@ def collect(raw: Path, kernel: str) -> list[dict]:
                                             rundir)
         trace = stats.trace_file(rundir)
         if trace:
-            run["drive"] = stats.trace_summary(trace)
+            w = WORKLOADS.get(run["workload"])
+            run["drive"] = stats.trace_summary(trace, w.low_region() if w else None)
         elif (rundir / stats.DRIVE_SUMMARY).exists():
             run["drive"] = json.loads((rundir / stats.DRIVE_SUMMARY).read_text())
         runs.append(run)
     return runs
 
 
-def add_isolation(runs: list[dict]) -> None:
-    """isolation_ratio for each job that also runs in the workload's
-    baseline (the high job, and in flows_greedy each light process): its
+def add_starved(runs: list[dict]) -> None:
+    """A job that completed nothing in a run is starved there: a result,
+    not a missing value. Its throughput is zero and its latency figures
+    become the measurement window, the least it waited (a lower bound),
+    so that the repetition counts in every summary and ratio; "starved"
+    marks it."""
+    for r in runs:
+        for j in r["jobs"]:
+            if j.get("ios", 1) or j.get("startdelay_s"):
+                continue
+            j["starved"] = True
+            j["iops"] = j["bw_kib"] = 0.0
+            window = j.get("window_s") or (j.get("runtime_ms") or 0) / 1000 or r.get("wall_s")
+            for key in LATENCY_FIGURES:
+                if window:
+                    j[key] = window * 1e6
+
+
+# The latency figures a starved job is given its window for.
+LATENCY_FIGURES = ("p50_us", "p95_us", "p99_us", "p99_9_us", "lat_mean_us", "clat_mean_us",
+                   "fsync_p99_us")
+
+
+def _alone(runs: list[dict], kernel: str, baseline: str, metric: str) -> dict:
+    """{(scheduler, job): [figure per repetition]} of a baseline workload."""
+    out: dict[tuple[str, str], list[float]] = {}
+    for b in runs:
+        if (b["kernel"], b["workload"]) != (kernel, baseline):
+            continue
+        for j in b["jobs"]:
+            if j.get(metric) is not None:
+                out.setdefault((b["scheduler"], j["job"]), []).append(j[metric])
+    return out
+
+
+def add_isolation(runs: list[dict]) -> dict:
+    """For each job that also runs in its workload's baseline (the high
+    job, and in flows_greedy each light process), two ratios of its
     figure (P99, or the workload's own metric such as fsync P99) in this
-    run over the mean of the same figure alone, same kernel and
-    scheduler."""
+    run: "isolation_ratio" over the same figure alone under the same
+    scheduler, and "common_ratio" over the best figure alone of any
+    scheduler in the report (the same boots): one common baseline, so
+    that a scheduler whose own alone figure is worse is not flattered.
+    Baselines are geometric means over the repetitions. Returns the
+    common baselines, {"kernel workload job": {"scheduler", "value"}}."""
+    baselines: dict[str, dict] = {}
     for r in runs:
         w = WORKLOADS.get(r["workload"])
         if not w or not w.baseline:
             continue
-        alone: dict[str, list[float]] = {}
-        for b in runs:
-            if (b["kernel"], b["workload"], b["scheduler"]) != \
-                    (r["kernel"], w.baseline, r["scheduler"]):
-                continue
-            for j in b["jobs"]:
-                if j.get(w.metric) is not None:
-                    alone.setdefault(j["job"], []).append(j[w.metric])
+        alone = _alone(runs, r["kernel"], w.baseline, w.metric)
         for j in r["jobs"]:
-            base_mean = stats.summarize(alone.get(j["job"], []))["mean"]
-            if base_mean and j.get(w.metric):
-                j["isolation_ratio"] = j[w.metric] / base_mean
+            own = stats.summarize(alone.get((r["scheduler"], j["job"]), []),
+                                  geometric=True)["mean"]
+            if own and j.get(w.metric):
+                j["isolation_ratio"] = j[w.metric] / own
+            best = min(((stats.summarize(v, geometric=True)["mean"], s)
+                        for (s, job), v in alone.items() if job == j["job"] and v),
+                       default=None, key=lambda t: t[0] or math.inf)
+            if best and best[0] and j.get(w.metric):
+                j["common_ratio"] = j[w.metric] / best[0]
+                baselines[f"{r['kernel']} {r['workload']} {j['job']}"] = {
+                    "scheduler": best[1], "value": best[0], "metric": w.metric}
+    return baselines
+
+
+def add_work(runs: list[dict]) -> dict:
+    """Work conservation of the fio mixes (a latency-sensitive job beside
+    a bulk one): each run's total throughput, every job's together
+    ("total_kib", on the run), over the best scheduler's mean total in
+    the report ("work_ratio", on the run and on its high job, for the
+    summaries). Returns the best totals, {"kernel workload":
+    {"scheduler", "kib"}}."""
+    best: dict[str, dict] = {}
+    mixes = [r for r in runs if (w := WORKLOADS.get(r["workload"]))
+             and w.high_job and w.low_job and not w.app]
+    for r in mixes:
+        r["total_kib"] = sum(j.get("bw_kib") or 0.0 for j in r["jobs"])
+    for key in dict.fromkeys((r["kernel"], r["workload"]) for r in mixes):
+        totals: dict[str, list[float]] = {}
+        for r in mixes:
+            if (r["kernel"], r["workload"]) == key:
+                totals.setdefault(r["scheduler"], []).append(r["total_kib"])
+        kib, sched = max((statistics.fmean(v), s) for s, v in totals.items())
+        best[" ".join(key)] = {"scheduler": sched, "kib": kib}
+    for r in mixes:
+        top = best[f"{r['kernel']} {r['workload']}"]["kib"]
+        if top > 0:
+            r["work_ratio"] = r["total_kib"] / top
+            high = WORKLOADS[r["workload"]].high_job
+            for j in r["jobs"]:
+                if j["job"] == high:
+                    j["work_ratio"] = r["work_ratio"]
+    return best
+
+
+def device_use(drive: dict, plan: dict) -> float | None:
+    """How much of the emulated drive's capacity a run used, from its own
+    trace (io_ticks cannot say: one request in flight on an eight-channel
+    drive reads as busy as eight): on a disk the spindle's busy time over
+    the trace's span; on the SSD the channel-seconds over the span times
+    the channels; on the cloud volume the larger of its bandwidth and its
+    command budget used (commands larger than the metering size count as
+    several, as QEMU's throttling counts them: approximated from the mean
+    command size)."""
+    params = plan.get("disk_params") or {}
+    span = drive.get("span_s")
+    profile = plan.get("profile")
+    if not span or span <= 0:
+        return None
+    if profile in ("hdd", "hdd-ncq") and "busy_s" in drive:
+        return min(1.0, drive["busy_s"] / span)
+    if profile == "ssd-model" and "busy_s" in drive and params.get("channels"):
+        return min(1.0, drive["busy_s"] / (span * params["channels"]))
+    if profile == "cloud" and "bytes" in drive and params.get("iops_limit"):
+        bw = drive["bytes"] / span / (params["bandwidth_mib"] * 2**20)
+        cmds = drive["commands"] or 0
+        mean_kib = drive["bytes"] / 1024 / cmds if cmds else 0.0
+        units = cmds * max(1, math.ceil(mean_kib / params.get("iops_size_kib", 256)))
+        return min(1.0, max(bw, units / span / params["iops_limit"]))
+    return None
 
 
 def add_shares(runs: list[dict]) -> None:
@@ -161,7 +263,19 @@ def add_shares(runs: list[dict]) -> None:
             j["share_mean_dev"] = sum(devs) / len(devs)
 
 
+# Summarised as geometric means (stats.summarize): ratios, and latencies,
+# whose spread over repetitions is multiplicative.
+GEOMETRIC = ("isolation_ratio", "common_ratio", "work_ratio", "runtime_ms")
+
+
+def geometric_metric(name: str) -> bool:
+    return name in GEOMETRIC or (name.endswith("_us") and name != "late_s")
+
+
 def summarize(runs: list[dict]) -> list[dict]:
+    """Per kernel, workload, scheduler and job: every figure over the
+    repetitions (stats.summarize; geometric for ratios and latencies),
+    and "starved": in how many repetitions the job completed nothing."""
     groups: dict[tuple, list[dict]] = {}
     for r in runs:
         for j in r["jobs"]:
@@ -172,10 +286,13 @@ def summarize(runs: list[dict]) -> list[dict]:
         # Per-priority figures of jobs that mix priorities (stats.job_record).
         names = list(SUMMARY_METRICS) + sorted({k for x in recs for k in x
                                                 if k.startswith("prio_")})
-        metrics = {m: stats.summarize([x[m] for x in recs if x.get(m) is not None])
+        metrics = {m: stats.summarize([x[m] for x in recs if x.get(m) is not None],
+                                      geometric=geometric_metric(m))
                    for m in names}
         out.append({"kernel": kernel, "workload": workload, "scheduler": sched,
-                    "job": job, "metrics": {k: v for k, v in metrics.items() if v["n"]}})
+                    "job": job, "reps": len(recs),
+                    "starved": sum(1 for x in recs if x.get("starved")),
+                    "metrics": {k: v for k, v in metrics.items() if v["n"]}})
     return out
 
 
@@ -194,17 +311,27 @@ def write_csv(path: Path, runs: list[dict]) -> None:
 
 
 def _fmt(m: dict | None, scale: float = 1.0, digits: int = 0) -> str:
+    """A summary as "mean (low-high)": the interval stats.summarize made
+    (95% from five repetitions, else the range), never below zero for
+    figures that cannot be."""
     if not m or m.get("mean") is None:
         return "-"
     s = f"{m['mean'] / scale:,.{digits}f}"
-    if m.get("ci95") is not None:
-        s += f" ± {m['ci95'] / scale:,.{digits}f}"
+    if m.get("low") is not None and m.get("high") is not None:
+        low, high = f"{m['low'] / scale:,.{digits}f}", f"{m['high'] / scale:,.{digits}f}"
+        if (low, high) != (s, s):
+            s += f" ({low}-{high})"
     return s
 
 
 def _runs_cell(runs: list[dict], get, scale: float = 1.0, digits: int = 0) -> str:
     """A table cell: the mean and interval of get(run) over @runs."""
     return _fmt(stats.summarize([get(r) for r in runs]), scale, digits)
+
+
+def starved_note(s: dict) -> str:
+    """" (starved in 2 of 5)" for a summary row with starved repetitions."""
+    return f" (starved in {s['starved']} of {s['reps']})" if s.get("starved") else ""
 
 
 def _save(plt, fig, out: Path, name: str, made: list[str]) -> None:
@@ -216,40 +343,37 @@ def _save(plt, fig, out: Path, name: str, made: list[str]) -> None:
 def tradeoff_points(runs: list[dict], summaries: list[dict], kernel: str,
                     workload: str) -> list[dict]:
     """For a mix with a latency-sensitive and a bulk job: per scheduler
-    (and variant), the high job's isolation ratio (x: the geometric mean
-    over the repetitions, with its 95% interval, stats.geometric) and the
-    bulk job's throughput over none's in the same repetitions (y,
-    stats.paired_ratio). Both intervals are multiplicative, so neither
-    reaches zero; with one repetition they are the point. Empty without
-    none in the runs or without the two jobs."""
+    (and variant), the high job's figure under load over the common
+    baseline (x: "common_ratio", the geometric mean over the repetitions
+    with its interval) and the bulk job's throughput in MiB/s (y: the
+    mean with its interval), with each repetition's values ("xs", "ys":
+    {rep: value}) for paired comparisons. Both axes come from the same
+    summaries as the tables. Empty without the two jobs or a baseline."""
     w = WORKLOADS.get(workload)
     if not (w and w.high_job and w.low_job and w.baseline):
         return []
     mine = [r for r in runs if r["kernel"] == kernel and r["workload"] == workload]
-
-    def figure(sched: str, rep: int, job: str, key: str) -> float | None:
-        run = next((r for r in mine if r["scheduler"] == sched and r["rep"] == rep), None)
-        rec = next((j for j in run["jobs"] if j["job"] == job), None) if run else None
-        return rec.get(key) if rec else None
-    if not any(r["scheduler"] == "none" for r in mine):
-        return []
     out = []
-    for s in summaries:
-        if s["kernel"] != kernel or s["workload"] != workload or s["job"] != w.high_job:
+    for sched in dict.fromkeys(r["scheduler"] for r in mine):
+        xs, ys = {}, {}
+        for r in mine:
+            if r["scheduler"] != sched:
+                continue
+            jobs = {j["job"]: j for j in r["jobs"]}
+            if jobs.get(w.high_job, {}).get("common_ratio") is not None:
+                xs[r["rep"]] = jobs[w.high_job]["common_ratio"]
+            if jobs.get(w.low_job, {}).get("bw_kib") is not None:
+                ys[r["rep"]] = jobs[w.low_job]["bw_kib"] / 1024
+        x = stats.summarize(list(xs.values()), geometric=True)
+        y = stats.summarize(list(ys.values()))
+        if x["mean"] is None or y["mean"] is None:
             continue
-        reps = sorted({r["rep"] for r in mine if r["scheduler"] == s["scheduler"]})
-        iso = stats.geometric([figure(s["scheduler"], rep, w.high_job, "isolation_ratio")
-                               for rep in reps])
-        frac = stats.paired_ratio([(figure(s["scheduler"], rep, w.low_job, "bw_kib"),
-                                    figure("none", rep, w.low_job, "bw_kib")) for rep in reps])
-        if iso["ratio"] is None or frac["ratio"] is None:
-            continue
-        out.append({"scheduler": s["scheduler"], "x": iso["ratio"],
-                    "x_low": iso["low"] if iso["low"] is not None else iso["ratio"],
-                    "x_high": iso["high"] if iso["high"] is not None else iso["ratio"],
-                    "y": frac["ratio"],
-                    "y_low": frac["low"] if frac["low"] is not None else frac["ratio"],
-                    "y_high": frac["high"] if frac["high"] is not None else frac["ratio"]})
+        out.append({"scheduler": sched, "x": x["mean"], "y": y["mean"],
+                    "x_low": x["low"] if x["low"] is not None else x["mean"],
+                    "x_high": x["high"] if x["high"] is not None else x["mean"],
+                    "y_low": y["low"] if y["low"] is not None else y["mean"],
+                    "y_high": y["high"] if y["high"] is not None else y["mean"],
+                    "xs": xs, "ys": ys})
     return out
 
 
@@ -260,9 +384,9 @@ def in_family(sched: str, subject: str = "prism") -> bool:
 
 def frontier(points: list[dict], subject: str = "prism") -> list[dict]:
     """@subject's settings among the trade-off @points that no other of
-    them beats on both axes (lower isolation ratio, more bulk progress),
-    by isolation: the line a swept knob draws, each point the best
-    progress for that protection."""
+    them beats on both axes (lower tail over the common baseline, more
+    bulk throughput), by tail: the line a swept knob draws, each point
+    the best progress for that protection."""
     mine = sorted((p for p in points if in_family(p["scheduler"], subject)),
                   key=lambda p: (p["x"], -p["y"]))
     out: list[dict] = []
@@ -272,31 +396,93 @@ def frontier(points: list[dict], subject: str = "prism") -> list[dict]:
     return out
 
 
-def dominance_lines(points: list[dict], subject: str = "prism") -> list[str]:
-    """For each other scheduler of the trade-off: the setting of
-    @subject that protects the high job at least as well and moves the
-    bulk job at least as fast (it dominates the peer), or that none
-    does, with the setting that protects best and the one that moves the
-    bulk job most. Point estimates: the intervals are in the plot."""
+def dominates(a: dict, b: dict) -> bool:
+    """Trade-off point @a at least as good as @b on both axes (means)."""
+    return a["x"] <= b["x"] and a["y"] >= b["y"]
+
+
+def beyond_noise(a: dict, b: dict) -> bool | None:
+    """Whether @a's dominance of @b holds beyond the noise between
+    repetitions: paired by repetition (stats.paired_ratio of the tail and
+    of the bulk throughput), at least one axis's interval lies wholly on
+    @a's side of 1 and neither lies wholly on @b's. None without pairs."""
+    reps = sorted(set(a["xs"]) & set(b["xs"]) & set(a["ys"]) & set(b["ys"]))
+    if not reps:
+        return None
+    x = stats.paired_ratio([(a["xs"][r], b["xs"][r]) for r in reps])
+    y = stats.paired_ratio([(a["ys"][r], b["ys"][r]) for r in reps])
+    if x["ratio"] is None or y["ratio"] is None or x["low"] is None or y["low"] is None:
+        return None
+    better = x["high"] < 1.0 or y["low"] > 1.0
+    worse = x["low"] > 1.0 or y["high"] < 1.0
+    return better and not worse
+
+
+def dominance(points: list[dict], subject: str = "prism") -> list[dict]:
+    """For each other scheduler of the trade-off, both ways: which of
+    @subject's points dominate it and which it dominates (on the means,
+    each with whether it holds beyond the paired noise), and the verdict
+    for @subject's default and for its frontier as a whole: "dominates"
+    (some point of the frontier is at least as good on both axes),
+    "dominated" (the peer is at least as good as every point), or
+    "neither"."""
     mine = [p for p in points if in_family(p["scheduler"], subject)]
     if not mine:
         return []
-    lines = []
+    default = next((p for p in mine if p["scheduler"] == subject), None)
+    out = []
     for peer in (p for p in points if not in_family(p["scheduler"], subject)):
-        beat = [p for p in mine if p["x"] <= peer["x"] and p["y"] >= peer["y"]]
-        where = (f"{peer['scheduler']} (isolation {peer['x']:.2f}, bulk {peer['y']:.2f} "
-                 "of none's)")
-        if beat:
-            best = min(beat, key=lambda p: (p["x"], -p["y"]))
-            lines.append(f"- {where}: dominated by {best['scheduler']} (isolation "
-                         f"{best['x']:.2f}, bulk {best['y']:.2f})")
-            continue
-        prot = min(mine, key=lambda p: p["x"])
-        prog = max(mine, key=lambda p: p["y"])
-        lines.append(f"- {where}: not dominated; {subject}'s best protection "
-                     f"{prot['x']:.2f} ({prot['scheduler']}, bulk {prot['y']:.2f}), its most "
-                     f"bulk progress {prog['y']:.2f} ({prog['scheduler']}, isolation "
-                     f"{prog['x']:.2f})")
+        over = [p for p in mine if dominates(p, peer)]
+        under = [p for p in mine if dominates(peer, p)]
+
+        def verdict(points_: list[dict], peer=peer) -> str:
+            if not points_:
+                return "-"
+            if any(dominates(p, peer) for p in points_):
+                return "dominates"
+            if all(dominates(peer, p) for p in points_):
+                return "dominated"
+            return "neither"
+        out.append({
+            "peer": peer["scheduler"], "x": peer["x"], "y": peer["y"],
+            "dominated_by": [{"scheduler": p["scheduler"], "beyond_noise": beyond_noise(p, peer)}
+                             for p in over],
+            "dominates": [{"scheduler": p["scheduler"], "beyond_noise": beyond_noise(peer, p)}
+                          for p in under],
+            "default": verdict([default] if default else []),
+            "frontier": verdict(mine)})
+    return out
+
+
+def _names(recs: list[dict]) -> str:
+    return ", ".join(r["scheduler"] + (" (beyond the noise)" if r["beyond_noise"] else
+                                       " (not beyond the noise)" if r["beyond_noise"] is False
+                                       else "") for r in recs)
+
+
+def dominance_lines(points: list[dict], subject: str = "prism") -> list[str]:
+    """dominance() in words, one line per peer, with every point's place."""
+    recs = dominance(points, subject)
+    if not recs:
+        return []
+    lines = []
+    for d in recs:
+        where = f"{d['peer']} ({d['x']:.2f}x, {d['y']:.1f} MiB/s)"
+        verdict = {"dominates": f"{subject} dominates it",
+                   "dominated": f"it dominates {subject}",
+                   "neither": "neither dominates"}
+        text = (f"- {where}: {subject}'s default: {verdict[d['default']]}"
+                if d["default"] != "-" else f"- {where}:")
+        text += f"; {subject}'s frontier: {verdict[d['frontier']]}."
+        if d["dominated_by"]:
+            text += f" Dominated by {_names(d['dominated_by'])}."
+        if d["dominates"]:
+            text += f" Dominates {_names(d['dominates'])}."
+        lines.append(text)
+    mine = [p for p in points if in_family(p["scheduler"], subject)]
+    lines.append(f"- {subject}'s points: " + "; ".join(
+        f"{p['scheduler']} {p['x']:.2f}x, {p['y']:.1f} MiB/s" for p in mine) + "."
+                 if mine else "")
     return lines
 
 
@@ -399,13 +585,15 @@ def place_labels(fig, ax, labels: list[tuple[str, float, float]], fontsize: int 
 
 
 def tradeoff_figure(plt, points: list[dict], w, title: str, colors: dict):
-    """The trade-off of a mix: the high job's isolation (x) against the
-    bulk job's throughput over none's (y), both ratios on log axes
-    labelled in plain numbers, multiplicative 95% intervals, each point
-    named beside it, and the ideal corner marked."""
+    """The trade-off of a mix: the high job's figure under load over the
+    common baseline (x) against the bulk job's throughput (y), on log
+    axes labelled in plain numbers, with the summaries' intervals, each
+    point named beside it, and the ideal corner marked: the best alone
+    figure with the most bulk throughput any scheduler moved."""
     fig, ax = plt.subplots(figsize=(8, 5.5))
+    best_y = max(p["y"] for p in points)
     xs = [v for p in points for v in (p["x_low"], p["x_high"])] + [1.0]
-    ys = [v for p in points for v in (p["y_low"], p["y_high"])] + [1.0]
+    ys = [v for p in points for v in (p["y_low"], p["y_high"]) if v > 0] + [best_y]
     xlo, xhi = min(xs) / 1.25, max(xs) * 1.25
     ylo, yhi = min(ys) / 1.25, max(ys) * 1.25
     ax.set_xscale("log")
@@ -414,12 +602,10 @@ def tradeoff_figure(plt, points: list[dict], w, title: str, colors: dict):
     ax.set_ylim(ylo, yhi)
     _plain_log_axis(ax.xaxis, xlo, xhi)
     _plain_log_axis(ax.yaxis, ylo, yhi)
-    # Perfect isolation with the bulk job as fast as under none, or faster.
-    ax.fill_between([xlo, 1.0], 1.0, yhi, color="tab:green", alpha=0.08, lw=0)
-    ax.plot([1.0], [1.0], marker="*", markersize=15, color="gold", markeredgecolor="black",
+    ax.fill_between([xlo, 1.0], best_y, yhi, color="tab:green", alpha=0.08, lw=0)
+    ax.plot([1.0], [best_y], marker="*", markersize=15, color="gold", markeredgecolor="black",
             zorder=4, linestyle="none")
     ax.axvline(1.0, color="grey", lw=0.5)
-    ax.axhline(1.0, color="grey", lw=0.5)
     line = frontier(points)
     if len(line) >= 2:
         # prism's settings swept: the protection each buys, and its price.
@@ -428,18 +614,20 @@ def tradeoff_figure(plt, points: list[dict], w, title: str, colors: dict):
                 label="prism's frontier")
         ax.legend(fontsize=8, loc="lower right")
     for p in points:
-        ax.errorbar([p["x"]], [p["y"]], xerr=[[p["x"] - p["x_low"]], [p["x_high"] - p["x"]]],
-                    yerr=[[p["y"] - p["y_low"]], [p["y_high"] - p["y"]]], fmt="o",
+        ax.errorbar([p["x"]], [max(p["y"], ylo)],
+                    xerr=[[p["x"] - p["x_low"]], [p["x_high"] - p["x"]]],
+                    yerr=[[max(0.0, p["y"] - max(p["y_low"], ylo))],
+                          [p["y_high"] - p["y"]]], fmt="o",
                     capsize=3, color=colors.get(p["scheduler"]), zorder=3)
     what = metric_label(w.metric)
-    ax.set_xlabel(f"{w.high_job} {what} under load / alone  (1 = perfect isolation; "
-                  "left is better)")
-    ax.set_ylabel(f"{w.low_job} throughput / under none  (higher is better)")
+    ax.set_xlabel(f"{w.high_job} {what} under load / the best {what} alone of any "
+                  "scheduler  (left is better)")
+    ax.set_ylabel(f"{w.low_job} MiB/s  (higher is better)")
     ax.set_title(title, fontsize=10)
     fig.tight_layout()
     fig.canvas.draw()
-    place_labels(fig, ax, [("ideal", 1.0, 1.0)]
-                 + [(p["scheduler"], p["x"], p["y"]) for p in points],
+    place_labels(fig, ax, [("ideal", 1.0, best_y)]
+                 + [(p["scheduler"], p["x"], max(p["y"], ylo)) for p in points],
                  colors=["black"] + [colors.get(p["scheduler"], "black") for p in points])
     return fig
 
@@ -516,23 +704,28 @@ def latency_figure(plt, runs: list[dict], kernel: str, workload: str, scheds: li
     repetition: the median as a line, lowest to highest as a band; the
     legend outside the data."""
     fig, axes = plt.subplots(1, 2, figsize=(14, 4.4))
-    for ax, key, what in ((axes[0], "lat_series_us", "mean latency"),
-                          (axes[1], "clat_p99_series_us", "P99 completion latency")):
+    # Both from fio's per-second logs: the latency the headline uses
+    # (submission + completion; fio's histogram logs hold completion
+    # latency only, so no per-second percentile is drawn), and the work
+    # done each second, where a starved second shows as a gap to zero.
+    for ax, key, what, scale, unit in (
+            (axes[0], "lat_series_us", "mean latency (submission + completion)", 1000, "ms"),
+            (axes[1], "iops_series", "I/Os completed", 1, "IOPS")):
         values = []
         for sched in scheds:
             band = series_bands(runs, kernel, workload, sched, job, key)
             if not band:
                 continue
             ts = [b[0] for b in band]
-            ax.fill_between(ts, [b[2] / 1000 for b in band], [b[3] / 1000 for b in band],
+            ax.fill_between(ts, [b[2] / scale for b in band], [b[3] / scale for b in band],
                             color=colors.get(sched), alpha=0.15, lw=0)
-            ax.plot(ts, [b[1] / 1000 for b in band], color=colors.get(sched), label=sched)
-            values += [v / 1000 for b in band for v in b[1:4]]
+            ax.plot(ts, [b[1] / scale for b in band], color=colors.get(sched), label=sched)
+            values += [v / scale for b in band for v in b[1:4]]
         ax.set_xlabel("time (s)")
-        ax.set_ylabel("ms")
+        ax.set_ylabel(unit)
         ax.set_title(f"{job}: {what} per second", fontsize=10)
         positive = [v for v in values if v > 0]
-        if positive and max(positive) > 4 * min(positive):
+        if unit == "ms" and positive and max(positive) > 4 * min(positive):
             # A scheduler ten times slower would squeeze the rest flat.
             lo, hi = min(positive) / 1.1, max(positive) * 1.1
             ax.set_yscale("log")
@@ -551,9 +744,11 @@ def latency_figure(plt, runs: list[dict], kernel: str, workload: str, scheds: li
 
 
 def plots(out: Path, runs: list[dict], summaries: list[dict]) -> list[str]:
-    """Per workload: bars (IOPS, P99, CPU; one row of axes per job), the
-    shares against the ideal, the trade-off of a mix, and the high job's
-    latency over time from every repetition."""
+    """Per workload, at most three pictures: bars (IOPS, P99, CPU; one row
+    of axes per job), the shares against the ideal or the trade-off of a
+    mix, and the high job's latency and work over time from every
+    repetition. A workload that is only another's baseline gets none
+    (its figures are in the ratios and tables)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -561,7 +756,10 @@ def plots(out: Path, runs: list[dict], summaries: list[dict]) -> list[str]:
     made: list[str] = []
     kernels = sorted({s["kernel"] for s in summaries})
     for kernel in kernels:
+        baselines = {w.baseline for w in WORKLOADS.values() if w.baseline}
         for workload in sorted({s["workload"] for s in summaries if s["kernel"] == kernel}):
+            if workload in baselines:
+                continue
             rows = [s for s in summaries if s["kernel"] == kernel and s["workload"] == workload]
             scheds = list(dict.fromkeys(s["scheduler"] for s in rows))
             jobs = list(dict.fromkeys(s["job"] for s in rows))
@@ -570,7 +768,8 @@ def plots(out: Path, runs: list[dict], summaries: list[dict]) -> list[str]:
                         and r["workload"] == workload})
             fig = bars_figure(plt, rows, scheds, jobs,
                               f"{workload} on {kernel}: mean of {reps} repetition"
-                              f"{'s' if reps != 1 else ''}; whiskers from lowest to highest",
+                              f"{'s' if reps != 1 else ''} (geometric for P99); whiskers from "
+                              "lowest to highest",
                               colors)
             _save(plt, fig, out, f"{kernel}-{workload}-bars.png", made)
 
@@ -599,12 +798,13 @@ def plots(out: Path, runs: list[dict], summaries: list[dict]) -> list[str]:
             if points and w:
                 fig = tradeoff_figure(
                     plt, points, w, f"{workload} on {kernel}: protection against progress\n"
-                    f"(geometric means of {reps} repetition{'s' if reps != 1 else ''}, "
-                    "95% intervals; ideal: the shaded corner)", colors)
+                    f"({reps} repetition{'s' if reps != 1 else ''}; "
+                    + ("95% intervals" if reps >= stats.MIN_REPS_FOR_INTERVAL
+                       else "lowest to highest") + "; ideal: the shaded corner)", colors)
                 _save(plt, fig, out, f"{kernel}-{workload}-tradeoff.png", made)
             job = w.high_job if w and w.high_job else jobs[0]
             fig = latency_figure(plt, runs, kernel, workload, scheds, job,
-                                 f"{workload} on {kernel}: latency over time (median of "
+                                 f"{workload} on {kernel}: {job} over time (median of "
                                  f"{reps} repetition{'s' if reps != 1 else ''}; band: lowest "
                                  "to highest)", colors)
             _save(plt, fig, out, f"{kernel}-{workload}-latency.png", made)
@@ -623,8 +823,25 @@ def twin_line(plan: dict) -> str:
             "where prism's are, for the same bookkeeping, but not read).")
 
 
+SUMMARY_SENTENCE = (
+    "Figures: latencies and ratios are geometric means over the repetitions, throughput "
+    "arithmetic; in brackets a 95% interval (from five repetitions; on the log scale for "
+    "the geometric ones, cut at zero for the others, so never below it) or, with fewer "
+    "repetitions, the lowest to the highest. A job that completed nothing in a repetition "
+    "is starved there: it counts, with zero throughput and its window as its latency "
+    "(the least it waited), and its row says so.")
+
+IO_TICKS_SENTENCE = (
+    "io_ticks busy (the block layer's /sys/block/DEV/stat field 10: time with at least "
+    "one request in the driver) was {lo:.0%} to {hi:.0%} over the runs. It cannot tell one "
+    "request in flight from many, so it reads near 100% for a drive with many channels "
+    "or a volume with a deep queue that was mostly left idle: how much of the drive's "
+    "capacity was used is the drive's own trace's figure (\"drive used\"), where there is one.")
+
+
 def report_md(out: Path, command: str, plan: dict, runs: list[dict],
-              summaries: list[dict], images: list[str]) -> str:
+              summaries: list[dict], images: list[str], extra: dict | None = None) -> str:
+    extra = extra or {}
     kernels = sorted({r["kernel_release"] or r["kernel"] for r in runs})
     utils = [r["device_util"] for r in runs if r.get("device_util") is not None]
     lines = [
@@ -636,25 +853,23 @@ def report_md(out: Path, command: str, plan: dict, runs: list[dict],
         + (f" ({plan['device']})" if plan.get("device") else "")
         + f". {plan['reps']} repetitions of {plan['runtime']} s after {plan['ramp']} s ramp,"
         + (f" over {plan['boots']} boots," if plan.get("boots", 1) > 1 else "")
-        + " schedulers interleaved. Figures: mean ± 95% interval over the repetitions.",
-        "",
+        + " schedulers interleaved.", "", SUMMARY_SENTENCE, "",
         (f"Guest: {plan['vcpus']} vCPU{'s' if plan['vcpus'] != 1 else ''}. "
          if plan.get("vcpus") else "")
         + ("Guest clock: instructions (QEMU `-icount shift=0`, one nanosecond per instruction"
            " executed): rates and times measure the CPU work per I/O, not the host's speed."
            if plan.get("clock") == "instructions" else ""), "",
-        f"Device utilisation over the runs: {min(utils):.0%} to {max(utils):.0%}"
-        " (busy time / wall time; below ~90% the device was not the bottleneck)."
-        if utils else "", "",
+        IO_TICKS_SENTENCE.format(lo=min(utils), hi=max(utils)) if utils else "", "",
         "Latency is submission + completion (fio `lat`), in ms.", "",
     ]
     for kernel in sorted({s["kernel"] for s in summaries}):
+        lines += yardstick_tables(runs, summaries, plan, kernel, extra)
         table = overview_table(summaries, kernel)
         if table:
             lines += [f"## Overview ({kernel})", "",
-                      "Mean ± 95% interval over the repetitions. Isolation: the job's figure "
-                      "under interference over the same figure alone, same scheduler "
-                      "(1.0 is perfect).", ""] + table
+                      "Isolation, own: the job's figure under interference over the same "
+                      "figure alone under the same scheduler; common: over the best figure "
+                      "alone of any scheduler in this report (1.0 is perfect).", ""] + table
         lines += paired_table(paired_ratios(runs, kernel))
     for kernel in sorted({s["kernel"] for s in summaries}):
         for workload in list(dict.fromkeys(s["workload"] for s in summaries)):
@@ -671,7 +886,8 @@ def report_md(out: Path, command: str, plan: dict, runs: list[dict],
                        for j in r["jobs"]}
             for s in rows:
                 m = s["metrics"]
-                lines.append(f"| {s['scheduler']} | {s['job']} | {classes.get(s['job'], '-')} | "
+                lines.append(f"| {s['scheduler']} | {s['job']}{starved_note(s)} | "
+                             f"{classes.get(s['job'], '-')} | "
                              f"{_fmt(m.get('iops'))} | {_fmt(m.get('bw_kib'), 1024, 1)} | "
                              f"{_fmt(m.get('lat_mean_us'), 1000, 2)} | "
                              f"{_fmt(m.get('p99_us'), 1000, 2)} | "
@@ -724,12 +940,6 @@ def report_md(out: Path, command: str, plan: dict, runs: list[dict],
                                  + " | ".join(_fmt(s["metrics"].get("share"), 0.01, 1) + " %"
                                               for s in jobs) + " |")
                 lines.append("")
-            stands = dominance_lines(tradeoff_points(runs, summaries, kernel, workload))
-            if stands:
-                lines += ["Where prism stands against each other scheduler in the trade-off "
-                          "(isolation: lower is better; bulk: its throughput over none's, "
-                          "higher is better; dominated: a prism setting at least as good on "
-                          "both):", ""] + stands + [""]
             mine = [r for r in runs if r["kernel"] == kernel and r["workload"] == workload]
             lines += machine_table(mine)
             lines += flight_table(mine)
@@ -818,6 +1028,76 @@ def late_lines(rows: list[dict], threshold_s: float = 0.5) -> list[str]:
     return out + [""] if out else []
 
 
+def drive_figures(runs: list[dict], plan: dict) -> dict[str, dict]:
+    """Per scheduler: the drive's own use (device_use) and the bulk job's
+    commands served in sequence, summarised over its runs."""
+    out = {}
+    for sched in dict.fromkeys(r["scheduler"] for r in runs):
+        drives = [r["drive"] for r in runs if r["scheduler"] == sched and r.get("drive")]
+        out[sched] = {
+            "use": stats.summarize([device_use(d, plan) for d in drives]),
+            "bulk_seq": stats.summarize([d.get("bulk_sequential_frac") for d in drives])}
+    return out
+
+
+def yardstick_tables(runs: list[dict], summaries: list[dict], plan: dict, kernel: str,
+                     extra: dict) -> list[str]:
+    """For each fio mix of a latency-sensitive and a bulk job: one row
+    per scheduler with the figures every scheduler is judged by on one
+    scale: the high job's tail under load in ms and over the common
+    baseline (the best alone of any scheduler here, named), its own-alone
+    ratio beside it, the bulk and total throughput, work conservation
+    (total over the best total here), and from the emulated drive's trace
+    how much of it was used and how much of the bulk work it served in
+    sequence; then who dominates whom on the trade-off, both ways."""
+    lines: list[str] = []
+    baselines = extra.get("baselines", {})
+    best_totals = extra.get("best_totals", {})
+    for workload in dict.fromkeys(s["workload"] for s in summaries if s["kernel"] == kernel):
+        w = WORKLOADS.get(workload)
+        if not (w and w.high_job and w.low_job and w.baseline):
+            continue
+        base = baselines.get(f"{kernel} {workload} {w.high_job}")
+        if not base:
+            continue
+        what = metric_label(w.metric)
+        mine = [r for r in runs if r["kernel"] == kernel and r["workload"] == workload]
+        drive = drive_figures(mine, plan)
+        by = {(s["scheduler"], s["job"]): s for s in summaries
+              if s["kernel"] == kernel and s["workload"] == workload}
+        top = best_totals.get(f"{kernel} {workload}")
+        lines += [f"## The yardstick: {workload} ({kernel})", "",
+                  f"Common baseline: {w.high_job}'s {what} alone under {base['scheduler']}, "
+                  f"{base['value'] / 1000:.2f} ms, the best of the schedulers here."
+                  + (f" Best total throughput: {top['scheduler']}, {top['kib'] / 1024:.1f} "
+                     "MiB/s." if top else ""), "",
+                  f"| scheduler | {w.high_job} {what} ms | / common baseline | / own alone "
+                  f"| {w.low_job} MiB/s | total MiB/s | work (total / best) | drive used % "
+                  "| bulk in sequence % |",
+                  "|---|---|---|---|---|---|---|---|---|"]
+        for sched in dict.fromkeys(r["scheduler"] for r in mine):
+            hi = by.get((sched, w.high_job), {})
+            lo = by.get((sched, w.low_job), {})
+            m, ml = hi.get("metrics", {}), lo.get("metrics", {})
+            total = stats.summarize([r.get("total_kib") for r in mine if r["scheduler"] == sched])
+            lines.append(
+                f"| {sched} | {_fmt(m.get(w.metric), 1000, 2)}{starved_note(hi)} | "
+                f"{_fmt(m.get('common_ratio'), 1, 2)} | {_fmt(m.get('isolation_ratio'), 1, 2)} | "
+                f"{_fmt(ml.get('bw_kib'), 1024, 1)}{starved_note(lo)} | "
+                f"{_fmt(total, 1024, 1)} | {_fmt(m.get('work_ratio'), 1, 2)} | "
+                f"{_fmt(drive[sched]['use'], 0.01, 0)} | "
+                f"{_fmt(drive[sched]['bulk_seq'], 0.01, 0)} |")
+        lines.append("")
+        stands = dominance_lines(tradeoff_points(runs, summaries, kernel, workload))
+        if stands:
+            lines += [f"Who dominates whom ({w.high_job}'s {what} over the common baseline, "
+                      f"lower is better; {w.low_job} MiB/s, higher is better; a point "
+                      "dominates another at least as good on both, on the means; beyond the "
+                      "noise: paired by repetition, one axis's interval wholly in its favour "
+                      "and neither wholly against it):", ""] + stands + [""]
+    return lines
+
+
 def overview_table(summaries: list[dict], kernel: str) -> list[str]:
     """One row per headline figure of each workload, one column per
     scheduler: the high job's isolation ratio and the bulk job's
@@ -841,12 +1121,16 @@ def overview_table(summaries: list[dict], kernel: str) -> list[str]:
         jobs = list(dict.fromkeys(s["job"] for s in rows_in if s["workload"] == workload))
         if w.high_job and w.baseline:
             what = metric_label(w.metric)
-            row(f"{w.high_job} isolation ({what} / alone)", workload, w.high_job,
+            row(f"{w.high_job} {what} / best alone (common)", workload, w.high_job,
+                "common_ratio", 1, 2)
+            row(f"{w.high_job} {what} / own alone", workload, w.high_job,
                 "isolation_ratio", 1, 2)
         if w.high_job and w.family:
             row(f"{w.high_job} MiB/s", workload, w.high_job, "bw_kib", 1024, 1)
         if w.low_job:
             row(f"{w.low_job} MiB/s", workload, w.low_job, "bw_kib", 1024, 1)
+        if w.high_job and w.low_job and not w.app:
+            row("work: total MiB/s / best total", workload, w.high_job, "work_ratio", 1, 2)
         if w.share:
             row("mean deviation from ideal shares (%)", workload, jobs[0], "share_mean_dev",
                 0.01, 0)
@@ -905,12 +1189,11 @@ def paired_table(records: list[dict], subject: str = "prism") -> list[str]:
     def cell(r: dict | None) -> str:
         if not r:
             return "-"
-        if r["low"] is None:
-            return f"{r['ratio']:.2f}"
-        return f"{r['ratio']:.2f} ({r['low']:.2f}-{r['high']:.2f})"
+        return _fmt({"mean": r["ratio"], "low": r["low"], "high": r["high"]}, 1, 2)
     lines = [f"{subject} over each other scheduler, repetition by repetition (geometric mean "
-             "of the per-repetition ratios, 95% interval in brackets; an interval that "
-             "excludes 1.00 is a difference beyond the noise between repetitions):", "",
+             "of the per-repetition ratios; in brackets the 95% interval from five "
+             "repetitions, else the range; one that excludes 1.00 is a difference beyond "
+             "the noise between repetitions):", "",
              "| workload | job | figure | " + " | ".join(f"vs {o}" for o in others) + " |",
              "|---|---|---|" + "---|" * len(others)]
     for key in dict.fromkeys((r["workload"], r["job"], r["figure"]) for r in records):
@@ -934,7 +1217,7 @@ def machine_table(runs: list[dict]) -> list[str]:
     if not any("cpu_all" in r for r in runs):
         return []
     lines = ["Device utilisation and the whole guest's CPU time (all vCPUs, %):", "",
-             "| scheduler | device busy % | CPU busy % | user % | system % | irq+softirq % |",
+             "| scheduler | io_ticks busy % | CPU busy % | user % | system % | irq+softirq % |",
              "|---|---|---|---|---|---|"]
     for sched in dict.fromkeys(r["scheduler"] for r in runs):
         mine = [r for r in runs if r["scheduler"] == sched]
@@ -1175,20 +1458,48 @@ def family_tables(summaries: list[dict]) -> list[str]:
     return lines
 
 
-def write_all(out: Path, command: str, plan: dict, runs: list[dict]) -> list[dict]:
-    add_isolation(runs)
+# Per-second series: plotted from the raw runs, left out of results.json
+# (most of its size).
+SERIES_KEYS = ("iops_series", "lat_series_us", "clat_p99_series_us")
+
+
+def analyse(runs: list[dict]) -> tuple[list[dict], dict]:
+    """Every derived figure of @runs, in place, then the summaries, and
+    the report-wide references: the common baselines and best totals."""
+    add_starved(runs)
+    extra = {"baselines": add_isolation(runs), "best_totals": add_work(runs)}
     add_shares(runs)
-    summaries = summarize(runs)
-    doc = {"schema": 1, "command": command,
+    return summarize(runs), extra
+
+
+def write_all(out: Path, command: str, plan: dict, runs: list[dict]) -> list[dict]:
+    summaries, extra = analyse(runs)
+    for r in runs:
+        if r.get("drive"):
+            r["drive_use"] = device_use(r["drive"], plan)
+    kernels_ = list(dict.fromkeys(r["kernel"] for r in runs))
+    doc = {"schema": 2, "command": command,
            "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-           "plan": plan, "runs": runs, "summaries": summaries,
-           "paired": [p for k in dict.fromkeys(r["kernel"] for r in runs)
-                      for p in paired_ratios(runs, k)]}
+           "plan": plan, "runs": [slim(r) for r in runs], "summaries": summaries,
+           "paired": [p for k in kernels_ for p in paired_ratios(runs, k)],
+           **extra,
+           "dominance": {f"{k} {wl}": dominance(tradeoff_points(runs, summaries, k, wl))
+                         for k in kernels_
+                         for wl in dict.fromkeys(r["workload"] for r in runs)
+                         if tradeoff_points(runs, summaries, k, wl)}}
     (out / "results.json").write_text(json.dumps(doc, indent=1))
     write_csv(out / "results.csv", runs)
     images = plots(out, runs, summaries)
-    report_md(out, command, plan, runs, summaries, images)
+    report_md(out, command, plan, runs, summaries, images, extra)
     return summaries
+
+
+def slim(run: dict) -> dict:
+    """A run for results.json: without its per-second series."""
+    out = {k: v for k, v in run.items() if k not in ("prism_flight_series",
+                                                      "twin_flight_series")}
+    out["jobs"] = [{k: v for k, v in j.items() if k not in SERIES_KEYS} for j in run["jobs"]]
+    return out
 
 
 def headline(summaries: list[dict], workload: str = "database_backup") -> str:

@@ -1,8 +1,10 @@
 """From fio's output to figures: per-job records of one run, and summaries
-(mean, standard deviation, 95% interval) over the repetitions."""
+over the repetitions (summarize: geometric or arithmetic mean, with a 95%
+interval from five repetitions, the range below that)."""
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import gzip
 import itertools
@@ -82,43 +84,74 @@ def t95(df: int) -> float:
     return t_quantile(0.95, df)
 
 
-def summarize(values: list[float]) -> dict:
-    """mean, sd (sample), ci95 half-width, n, min, max; NaN-free input."""
+# Fewer repetitions than this give the range (lowest to highest) in place
+# of a 95% interval: a t-interval on two to four skewed values says more
+# than the data do.
+MIN_REPS_FOR_INTERVAL = 5
+
+
+def summarize(values: Sequence[float | None], geometric: bool = False) -> dict:
+    """n, mean, sd, min, max of @values (None and NaN dropped), and the
+    interval "low" to "high" with how it was made ("how"): with at least
+    MIN_REPS_FOR_INTERVAL values a 95% interval ("ci95"), else the range
+    ("range"); one value has none.
+
+    @geometric (ratios and latencies): the geometric mean, its interval
+    from the t distribution of the logarithms (multiplicative, so never
+    below zero); a value that is not positive makes the mean 0 and the
+    interval the range. Otherwise the arithmetic mean with its t-interval
+    cut at zero where every value is non-negative (the mean of such
+    values cannot be below zero, and no interval shown is)."""
     vals = [float(v) for v in values if v is not None and not math.isnan(v)]
     n = len(vals)
     if n == 0:
-        return {"n": 0, "mean": None, "sd": None, "ci95": None, "min": None, "max": None}
-    mean = statistics.fmean(vals)
+        return {"n": 0, "mean": None, "sd": None, "low": None, "high": None, "how": None,
+                "min": None, "max": None}
+    lo, hi = min(vals), max(vals)
     sd = statistics.stdev(vals) if n > 1 else 0.0
-    ci = t95(n - 1) * sd / math.sqrt(n) if n > 1 else None
-    return {"n": n, "mean": mean, "sd": sd, "ci95": ci, "min": min(vals), "max": max(vals)}
+    out = {"n": n, "sd": sd, "min": lo, "max": hi}
+    if geometric and lo > 0:
+        logs = [math.log(v) for v in vals]
+        mean = statistics.fmean(logs)
+        out["mean"] = math.exp(mean)
+        out["geometric"] = True
+        if n >= MIN_REPS_FOR_INTERVAL:
+            half = t95(n - 1) * statistics.stdev(logs) / math.sqrt(n)
+            return dict(out, low=math.exp(mean - half), high=math.exp(mean + half),
+                        how="ci95")
+    else:
+        out["mean"] = 0.0 if geometric else statistics.fmean(vals)
+        if geometric:
+            out["geometric"] = True
+        if n >= MIN_REPS_FOR_INTERVAL and not geometric:
+            half = t95(n - 1) * sd / math.sqrt(n)
+            low = out["mean"] - half
+            return dict(out, low=max(0.0, low) if lo >= 0 else low,
+                        high=out["mean"] + half, how="ci95")
+    if n == 1:
+        return dict(out, low=None, high=None, how=None)
+    return dict(out, low=lo, high=hi, how="range")
 
 
 def paired_ratio(pairs: Sequence[tuple[float | None, float | None]]) -> dict:
     """The ratio a/b of two schedulers measured in the same repetitions
     (each pair run back to back in one boot): the geometric mean of the
-    per-repetition ratios with a 95% interval from the t distribution of
-    their logarithms. Pairing cancels what drifts between repetitions
-    (the host's load under TCG), so this is far tighter than the ratio of
-    two means whose intervals overlap. Pairs with a non-positive side are
-    skipped."""
-    logs = [math.log(a / b) for a, b in pairs
-            if a is not None and b is not None and a > 0 and b > 0]
-    n = len(logs)
-    if n == 0:
-        return {"n": 0, "ratio": None, "low": None, "high": None}
-    mean = statistics.fmean(logs)
-    half = t95(n - 1) * statistics.stdev(logs) / math.sqrt(n) if n > 1 else float("nan")
-    return {"n": n, "ratio": math.exp(mean),
-            "low": math.exp(mean - half) if n > 1 else None,
-            "high": math.exp(mean + half) if n > 1 else None}
+    per-repetition ratios, with a 95% interval from the t distribution of
+    their logarithms, or with fewer than MIN_REPS_FOR_INTERVAL pairs the
+    range of the ratios ("how": "ci95" or "range"). Pairing cancels what
+    drifts between repetitions (the host's load under TCG), so this is
+    far tighter than the ratio of two means whose intervals overlap.
+    Pairs with a non-positive side are skipped."""
+    ratios = [a / b for a, b in pairs
+              if a is not None and b is not None and a > 0 and b > 0]
+    s = summarize(ratios, geometric=True)
+    return {"n": s["n"], "ratio": s["mean"], "low": s["low"], "high": s["high"],
+            "how": s["how"]}
 
 
 def geometric(values: Sequence[float | None]) -> dict:
-    """The geometric mean of positive @values with its 95% interval from
-    the t distribution of their logarithms (paired_ratio against 1): an
-    interval that is multiplicative, so never reaches zero, for ratios
-    shown on log scales."""
+    """The geometric mean of positive @values with its interval, as
+    paired_ratio against 1: for ratios shown on log scales."""
     return paired_ratio([(v, 1.0) for v in values])
 
 
@@ -444,9 +477,15 @@ DRIVE_SUMMARY = "drive.json"
 def condense_traces(raw: Path) -> None:
     """Replace each run's cut of the drive trace (a line per command: tens
     of MB for a benchmark on a fast profile) by its trace_summary, which
-    is what the report uses."""
+    is what the report uses; the bulk job's region from the run's
+    workload (meta.json)."""
+    from .workloads import WORKLOADS
     for trace in sorted(raw.glob("*/" + TRACE_NAME)):
-        (trace.parent / DRIVE_SUMMARY).write_text(json.dumps(trace_summary(trace)))
+        bulk = None
+        with contextlib.suppress(OSError, ValueError, KeyError):
+            meta = json.loads((trace.parent / "meta.json").read_text())
+            bulk = WORKLOADS[meta["workload"]].low_region()
+        (trace.parent / DRIVE_SUMMARY).write_text(json.dumps(trace_summary(trace, bulk)))
         trace.unlink()
 
 
@@ -467,35 +506,55 @@ def split_trace(trace: Path, raw: Path) -> None:
         (meta_file.parent / TRACE_NAME).write_bytes(header + b"\n" + data[a:max(a, b)])
 
 
-def trace_summary(path: Path) -> dict:
+def trace_summary(path: Path, bulk: tuple[int, int] | None = None) -> dict:
     """What the drive did during one run: commands completed per op, the
     media operations (reads, uncached writes, cache write-backs) with
     their mean service time, mean distance between one and the next
     (MB from where the last ended) and the fraction that continued
-    exactly where the last ended (sequential)."""
+    exactly where the last ended (sequential); for the work it was given,
+    the bytes of its commands, the seconds of media service summed
+    ("busy_s": channel-seconds on a drive with several) and the span of
+    the trace ("span_s"). With @bulk, the byte range [start, end) of the
+    bulk job: its media operations and the fraction of them the drive
+    served in sequence (each starting where the media operation before
+    it, of any job, ended: no seek)."""
     opener = gzip.open if path.suffix == ".gz" else open
     with opener(path, "rt") as f:
         rows = list(csv.DictReader(f))
     media = sorted((r for r in rows if r["op"] == "destage"
                     or (r["op"] in ("read", "write") and r["cached"] == "0")),
                    key=lambda r: float(r["start_s"]))
-    out: dict[str, float] = {"commands": sum(1 for r in rows if r["op"] != "destage"),
+    commands = [r for r in rows if r["op"] != "destage"]
+    out: dict[str, float | None] = {"commands": len(commands),
            "media_ops": len(media),
            "cached_writes": sum(1 for r in rows if r["op"] == "write" and r["cached"] == "1"),
-           "flushes": sum(1 for r in rows if r["op"] == "flush")}
+           "flushes": sum(1 for r in rows if r["op"] == "flush"),
+           "bytes": sum(int(r["sectors"]) * 512 for r in commands
+                        if r["op"] in ("read", "write"))}
+    if rows:
+        out["span_s"] = (max(float(r["end_s"]) for r in rows)
+                         - min(float(r["start_s"]) for r in rows))
     if not media:
         return out
     jumps, seq = [], 0
+    bulk_ops = bulk_seq = 0
     for prev, cur in itertools.pairwise(media):
         gap = abs(int(cur["sector"]) - (int(prev["sector"]) + int(prev["sectors"])))
         jumps.append(gap * 512 / 1e6)
         seq += gap == 0
+        if bulk and bulk[0] <= int(cur["sector"]) * 512 < bulk[1]:
+            bulk_ops += 1
+            bulk_seq += gap == 0
     span = float(media[-1]["end_s"]) - float(media[0]["start_s"])
     busy = sum(float(r["service_ms"]) for r in media) / 1000
     out.update(service_ms_mean=statistics.fmean(float(r["service_ms"]) for r in media),
                jump_mb_mean=statistics.fmean(jumps) if jumps else 0.0,
                sequential_frac=seq / len(jumps) if jumps else 0.0,
                media_busy_frac=min(1.0, busy / span) if span > 0 else 0.0,
-               late_ms_mean=statistics.fmean(float(r["late_ms"]) for r in rows
-                                             if r["op"] != "destage") if out["commands"] else 0.0)
+               busy_s=busy,
+               late_ms_mean=statistics.fmean(float(r["late_ms"]) for r in commands)
+               if commands else 0.0)
+    if bulk:
+        out["bulk_media_ops"] = bulk_ops
+        out["bulk_sequential_frac"] = bulk_seq / bulk_ops if bulk_ops else None
     return out

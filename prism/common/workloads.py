@@ -49,6 +49,44 @@ class Workload:
     def jobfile(self) -> Path:
         return WORKLOAD_DIR / f"{self.job or self.name}.fio"
 
+    def low_region(self) -> tuple[int, int] | None:
+        """The bytes [start, end) of the device the bulk job reads or
+        writes, from its job file's offset and size (a job on the raw
+        device), or None: what the drive's trace counts as bulk commands."""
+        if not self.low_job or self.filesystem or self.app:
+            return None
+        section = job_options(self.jobfile).get(self.low_job, {})
+        if "size" not in section:
+            return None
+        start = fio_bytes(section.get("offset", "0"))
+        return start, start + fio_bytes(section["size"])
+
+
+def fio_bytes(text: str) -> int:
+    """A fio size (4k, 1G, 512): bytes, in fio's binary units."""
+    text = text.strip()
+    units = {"k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
+    if text and text[-1].lower() in units:
+        return int(float(text[:-1]) * units[text[-1].lower()])
+    return int(text)
+
+
+def job_options(path: Path) -> dict[str, dict[str, str]]:
+    """A fio job file's sections, each {option: value} (comments and
+    options without a value left out)."""
+    out: dict[str, dict[str, str]] = {}
+    section = None
+    for line in path.read_text().splitlines():
+        line = line.strip()
+        if not line or line.startswith(("#", ";")):
+            continue
+        if line.startswith("[") and line.endswith("]"):
+            section = out.setdefault(line[1:-1], {})
+        elif section is not None and "=" in line:
+            key, _, value = line.partition("=")
+            section[key.strip()] = value.strip()
+    return out
+
 
 WORKLOADS = {w.name: w for w in [
     Workload("database_backup", "000",

@@ -9,11 +9,13 @@ side (prism.guest.blktests) to run, and sums up what it found.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import tarfile
 from pathlib import Path
 
+from ..common.errors import UsageError
 from ..guest.blktests import (
     CI_FIO_TIMEOUT,
     EVERY_KERNEL_TESTS,
@@ -24,7 +26,8 @@ from ..guest.blktests import (
 from .build import REPO
 
 __all__ = ["CI_FIO_TIMEOUT", "EVERY_KERNEL_TESTS", "FIO_TIMEOUT", "SCHED_TESTS", "SCRATCH_SERIAL",
-           "Missing", "source", "prepare", "copy_to", "summary"]
+           "Missing", "source", "prepare", "copy_to", "summary", "available_tests",
+           "check_tests"]
 
 COMMIT = "613b837"
 TARBALL_NAME = f"blktests-{COMMIT}.tar.gz"
@@ -47,6 +50,39 @@ def source() -> Path:
         f"blktests not found (looked for {', '.join(map(str, candidates))}); get it with "
         f"'git clone https://github.com/osandov/blktests && git -C blktests checkout "
         f"{COMMIT}' and set PRISM_BLKTESTS to that directory (or to a tarball of it)")
+
+
+def available_tests() -> set[str]:
+    """The tests (GROUP/NNN) in the blktests snapshot, read from its
+    directory or listed from its tarball (Missing if there is none)."""
+    src = source()
+    if src.is_dir():
+        return {f"{p.parent.name}/{p.name}" for p in src.glob("tests/*/[0-9][0-9][0-9]")}
+    with tarfile.open(src) as tf:
+        return {m[1] for m in (re.fullmatch(r"[^/]+/tests/([a-z]+/\d{3})", n)
+                               for n in tf.getnames()) if m}
+
+
+def check_tests(text: str) -> list[str]:
+    """--tests: "block" (the whole group) or a comma list of tests the
+    snapshot has, such as block/005; a UsageError otherwise, before
+    anything is built or booted. Without the snapshot only the form is
+    checked (prepare() then says how to get it)."""
+    if text == "block":
+        return ["block"]
+    tests = [t.strip() for t in text.split(",") if t.strip()]
+    bad = [t for t in tests if not re.fullmatch(r"[a-z]+/\d{3}", t)]
+    if not tests or bad:
+        raise UsageError(f"--tests {text!r}: 'block' (the whole group) or a comma list of "
+                         "blktests' tests such as block/005")
+    try:
+        known = available_tests()
+    except Missing:
+        return tests
+    unknown = [t for t in tests if t not in known]
+    if unknown:
+        raise UsageError(f"--tests: blktests {COMMIT} has no {', '.join(unknown)}")
+    return tests
 
 
 def prepare(cache: Path) -> Path:

@@ -246,7 +246,13 @@ def parse(arg: str) -> list[Kernel]:
         return build_only()
     if arg == "every":
         return _ordered(KERNELS) + build_only()
-    return [get(s.strip()) for s in arg.split(",") if s.strip()]
+    ks = [get(s.strip()) for s in arg.split(",") if s.strip()]
+    if not ks:
+        # An empty --kernel '' would otherwise do nothing and exit 0.
+        raise UsageError(f"--kernel {arg!r} names no kernel; tested: "
+                         + ", ".join(k.name for k in _ordered(KERNELS))
+                         + "; or " + ", ".join(SETS))
+    return ks
 
 
 def parse_booted(arg: str) -> list[Kernel]:
