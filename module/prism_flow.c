@@ -37,13 +37,13 @@ void prism_flow_reset(struct prism_data *pd, struct prism_flow *fl,
 
 	if (fl->group)
 		fl->group->nr_flows--;
-	fl->group = g;
+	WRITE_ONCE(fl->group, g);
 	if (g)
 		g->nr_flows++;
 
 	for (d = 0; d < PRISM_NR_FIFOS; d++) {
 		INIT_LIST_HEAD(&fl->fifo[d]);
-		fl->queued[d] = 0;
+		WRITE_ONCE(fl->queued[d], 0);
 	}
 	for (d = 0; d < PRISM_NR_DIRS; d++) {
 		fl->sort[d] = RB_ROOT;
@@ -55,7 +55,7 @@ void prism_flow_reset(struct prism_data *pd, struct prism_flow *fl,
 	fl->stream = (struct prism_stream){ };
 	fl->id = id;
 	fl->tier = tier;
-	fl->rt = false;
+	WRITE_ONCE(fl->rt, false);
 	WRITE_ONCE(fl->inserted, 0);
 	atomic64_set(&fl->finished, 0);
 	atomic64_set(&fl->throttled, 0);
@@ -161,7 +161,7 @@ struct prism_group *prism_group_get(struct prism_data *pd, u64 id,
 		return NULL;
 	}
 	g = spare;
-	g->id = id;
+	WRITE_ONCE(g->id, id);
 	g->tier = tier;
 	g->slot = g - pd->groups;
 	g->nr_flows = 0;
@@ -170,9 +170,9 @@ struct prism_group *prism_group_get(struct prism_data *pd, u64 id,
 	g->ent = (struct prism_fq_flow){ .start = pd->tier[tier].fq.vtime,
 					 .weight = weight };
 	g->note = (struct prism_weight_note){ .last = -1 };
-	g->dispatched = 0;
-	g->cost = 0;
-	g->bytes = 0;
+	WRITE_ONCE(g->dispatched, 0);
+	WRITE_ONCE(g->cost, 0);
+	WRITE_ONCE(g->bytes, 0);
 found:
 	/*
 	 * Idle a second, as a group whose slot may be given away: it starts
@@ -331,7 +331,7 @@ void prism_flow_queue(struct prism_data *pd, struct request *rq)
 
 	list_add_tail(&rq->queuelist, &fl->fifo[fifo]);
 	tq->queued[fifo]++;
-	fl->queued[fifo]++;
+	WRITE_ONCE(fl->queued[fifo], fl->queued[fifo] + 1);
 	prism_flow_activate(pd, fl, rq);
 	if (pd->sorted)
 		prism_sort_add(fl, rq);
@@ -545,7 +545,7 @@ static noinline void prism_repair_tier(struct prism_data *pd, int t)
 
 			list_for_each_entry(rq, &fl->fifo[d], queuelist)
 				n++;
-			fl->queued[d] = n;
+			WRITE_ONCE(fl->queued[d], n);
 			queued[d] += n;
 		}
 		if (!prism_flow_queued(fl)) {

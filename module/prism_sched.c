@@ -148,7 +148,7 @@ static __always_inline void __prism_remove_request(struct prism_data *pd,
 			int fifo = prism_rq_fifo(rq);
 
 			tq->queued[fifo]--;
-			fl->queued[fifo]--;
+			WRITE_ONCE(fl->queued[fifo], fl->queued[fifo] - 1);
 			if (!prism_flow_queued(fl))
 				prism_flow_deactivate(pd, fl);
 		}
