@@ -553,7 +553,8 @@ def check_flow_lag(ctx) -> dict:
                     p.wait()
         for name, rc in rcs.items():
             if rc:
-                err = procs[name].stderr.read() if procs[name].stderr else ""
+                stderr = procs[name].stderr
+                err = stderr.read() if stderr else ""
                 raise RuntimeError(f"fio ({name}) failed ({rc}): {err.strip()[-1500:]}")
         outs = {name: g.parse_fio_json(Path(f"lag-{name}.json").read_text())
                 for name in procs}
