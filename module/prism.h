@@ -121,7 +121,9 @@ struct prism_flow {
 	/*
 	 * (process, tier, group), see prism_flow_key(); 0 for a free slot and
 	 * the shared flows. Written under the lock, read locklessly by
-	 * limit_depth() with inserted, finished and rt.
+	 * limit_depth() with inserted, finished and rt, and by the cgroups
+	 * file (prism_cg_totals()) with group and queued[]: each of those is
+	 * written with WRITE_ONCE.
 	 */
 	u32 key;
 	u32 id;			/* the process (tgid); 0 for a shared flow */
@@ -192,6 +194,10 @@ struct prism_weight_note {
 #define PRISM_NR_GROUPS		(1U << PRISM_GROUP_BITS)
 #define PRISM_GROUP_PROBE	8
 
+/*
+ * id, dispatched, cost and bytes are read locklessly by the cgroups file
+ * (prism_cg_totals()): written under the lock with WRITE_ONCE.
+ */
 struct prism_group {
 	u64 id;			/* cgroup_id(); 0 for a free slot */
 	enum prism_tier tier;
@@ -999,9 +1005,12 @@ static inline u64 prism_flow_served(struct prism_data *pd,
 	fl->cost += cost;
 	fl->bytes += bytes;
 	if (fl->group) {
-		fl->group->dispatched++;
-		fl->group->cost += cost;
-		fl->group->bytes += bytes;
+		struct prism_group *g = fl->group;
+
+		/* Read locklessly by prism_cg_totals(). */
+		WRITE_ONCE(g->dispatched, g->dispatched + 1);
+		WRITE_ONCE(g->cost, g->cost + cost);
+		WRITE_ONCE(g->bytes, g->bytes + bytes);
 	}
 	return cost;
 }

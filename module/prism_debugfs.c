@@ -107,8 +107,8 @@ static int prism_streams_show(void *data, struct seq_file *m)
  * (us) and bytes served, requests dispatched, queued, owned, tag
  * allocations its flow limit shallowed, its think time, and its group's
  * cgroup (cgroup_id(), 0 for the tier's own flows: the "cgroups" file has
- * the paths). Then the fair queues, the groups' and the table's
- * overflows. A command may hold spaces (prctl(PR_SET_NAME)): they and
+ * the paths). Then the fair queues (vmin: the floor's reference, see
+ * prism_fq_floor()), the groups' and the table's overflows. A command may hold spaces (prctl(PR_SET_NAME)): they and
  * backslashes are written as octal escapes (\040, \134), so every line
  * splits on white space.
  */
@@ -139,18 +139,19 @@ static int prism_flows_show(void *data, struct seq_file *m)
 			   fl->key && fl->group ? fl->group->id : 0);
 	}
 	for (i = 0; i < PRISM_NR_TIERS; i++)
-		seq_printf(m, "fq %s vtime=%llu wsum=%u backlogged=%u\n",
+		seq_printf(m, "fq %s vtime=%llu vmin=%llu wsum=%u backlogged=%u\n",
 			   prism_tier_name[i], pd->tier[i].fq.vtime,
-			   pd->tier[i].fq.wsum, pd->tier[i].fq.nr);
+			   pd->tier[i].fq.vmin, pd->tier[i].fq.wsum,
+			   pd->tier[i].fq.nr);
 	for (i = 0; i < PRISM_NR_GROUPS; i++) {
 		const struct prism_group *g = &pd->groups[i];
 
 		if (!g->id)
 			continue;
-		seq_printf(m, "group %llu %s weight=%u backlogged=%d flows=%u vtime=%llu wsum=%u\n",
+		seq_printf(m, "group %llu %s weight=%u backlogged=%d flows=%u vtime=%llu vmin=%llu wsum=%u\n",
 			   g->id, prism_tier_name[g->tier], g->ent.weight,
 			   g->ent.backlogged, g->nr_flows, g->fq.vtime,
-			   g->fq.wsum);
+			   g->fq.vmin, g->fq.wsum);
 	}
 	seq_printf(m, "group_overflows=%llu\n", pd->group_overflows);
 	seq_printf(m, "overflows=%llu\n", pd->flow_overflows);

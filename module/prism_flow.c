@@ -37,13 +37,13 @@ void prism_flow_reset(struct prism_data *pd, struct prism_flow *fl,
 
 	if (fl->group)
 		fl->group->nr_flows--;
-	fl->group = g;
+	WRITE_ONCE(fl->group, g);
 	if (g)
 		g->nr_flows++;
 
 	for (d = 0; d < PRISM_NR_FIFOS; d++) {
 		INIT_LIST_HEAD(&fl->fifo[d]);
-		fl->queued[d] = 0;
+		WRITE_ONCE(fl->queued[d], 0);
 	}
 	for (d = 0; d < PRISM_NR_DIRS; d++) {
 		fl->sort[d] = RB_ROOT;
@@ -55,7 +55,7 @@ void prism_flow_reset(struct prism_data *pd, struct prism_flow *fl,
 	fl->stream = (struct prism_stream){ };
 	fl->id = id;
 	fl->tier = tier;
-	fl->rt = false;
+	WRITE_ONCE(fl->rt, false);
 	WRITE_ONCE(fl->inserted, 0);
 	atomic64_set(&fl->finished, 0);
 	atomic64_set(&fl->throttled, 0);
@@ -161,7 +161,7 @@ struct prism_group *prism_group_get(struct prism_data *pd, u64 id,
 		return NULL;
 	}
 	g = spare;
-	g->id = id;
+	WRITE_ONCE(g->id, id);
 	g->tier = tier;
 	g->slot = g - pd->groups;
 	g->nr_flows = 0;
@@ -170,10 +170,18 @@ struct prism_group *prism_group_get(struct prism_data *pd, u64 id,
 	g->ent = (struct prism_fq_flow){ .start = pd->tier[tier].fq.vtime,
 					 .weight = weight };
 	g->note = (struct prism_weight_note){ .last = -1 };
-	g->dispatched = 0;
-	g->cost = 0;
-	g->bytes = 0;
+	WRITE_ONCE(g->dispatched, 0);
+	WRITE_ONCE(g->cost, 0);
+	WRITE_ONCE(g->bytes, 0);
 found:
+	/*
+	 * Idle a second, as a group whose slot may be given away: it starts
+	 * afresh (prism_fq_rest()). A group returns only with a flow of it
+	 * (prism_flow_activate()), which may have had no request for longer
+	 * than the return window with one still in the device.
+	 */
+	if (!g->ent.backlogged && time_after_eq(now, g->last_used + HZ))
+		prism_fq_rest(&pd->tier[tier].fq, &g->ent);
 	/* A new io.prism.weight applies from the cgroup's next request. */
 	if (g->ent.weight != weight)
 		prism_fq_reweight(&pd->tier[tier].fq, &g->ent, weight);
@@ -220,32 +228,36 @@ static void prism_flow_activate(struct prism_data *pd, struct prism_flow *fl,
 {
 	struct prism_tier_queue *tq = &pd->tier[fl->tier];
 	struct prism_group *g = fl->group;
+	struct prism_fq *fq = prism_flow_fq(pd, fl);
+	u64 quantum = prism_tun(pd)->quantum;
 	u32 weight;
 
 	if (fl->fq.backlogged)
-		return;
+		goto out;
 	weight = prism_rq_weight(rq);
 	if (prism_raise_on(&fl->raise, jiffies))
 		weight *= PRISM_RAISE_COEFF;
 	prism_note_flow_weight(pd, fl, weight);
 	if (g && !g->ent.backlogged) {
 		if (fl->returning)
-			prism_fq_return(&tq->fq, &g->ent, g->ent.weight);
+			prism_fq_return(&tq->fq, &g->ent, g->ent.weight,
+					quantum);
 		else
 			prism_fq_activate(&tq->fq, &g->ent, g->ent.weight);
 		list_add_tail(&g->active, &tq->groups);
 	}
 	if (fl->returning)
-		prism_fq_return(prism_flow_fq(pd, fl), &fl->fq, weight);
+		prism_fq_return(fq, &fl->fq, weight, quantum);
 	else if (fl->starting)
-		prism_fq_activate_at(prism_flow_fq(pd, fl), &fl->fq, weight,
-				     prism_fq_earliest(tq, g,
-						       prism_flow_fq(pd, fl)));
+		prism_fq_activate_at(fq, &fl->fq, weight,
+				     prism_fq_earliest(tq, g, fq), quantum);
 	else
-		prism_fq_activate(prism_flow_fq(pd, fl), &fl->fq, weight);
+		prism_fq_activate(fq, &fl->fq, weight);
+	list_add_tail(&fl->active, &tq->active);
+out:
+	/* Decided for this activation only (see prism_first_insert()). */
 	fl->starting = false;
 	fl->returning = false;
-	list_add_tail(&fl->active, &tq->active);
 }
 
 /*
@@ -319,7 +331,7 @@ void prism_flow_queue(struct prism_data *pd, struct request *rq)
 
 	list_add_tail(&rq->queuelist, &fl->fifo[fifo]);
 	tq->queued[fifo]++;
-	fl->queued[fifo]++;
+	WRITE_ONCE(fl->queued[fifo], fl->queued[fifo] + 1);
 	prism_flow_activate(pd, fl, rq);
 	if (pd->sorted)
 		prism_sort_add(fl, rq);
@@ -506,6 +518,51 @@ static inline int prism_first_queued(struct prism_data *pd)
 }
 
 /*
+ * What "cannot happen": tier @t's counts say requests are queued where
+ * its flows' lists hold none, or a flow with requests is not in its fair
+ * queue. Returning no request would leave the queue polled every few
+ * milliseconds for ever, and a freeze waiting. The counts are rebuilt
+ * from the lists (the requests themselves are where they were: every
+ * one still leaves once), flows join or leave the fair queue as their
+ * lists say, and the caller chooses again.
+ */
+static noinline void prism_repair_tier(struct prism_data *pd, int t)
+{
+	struct prism_tier_queue *tq = &pd->tier[t];
+	u32 queued[PRISM_NR_FIFOS] = { };
+	struct prism_flow *fl;
+	struct request *rq;
+	int i, d;
+
+	WARN_ONCE(1, "prism: tier %d counts disagree with its lists, rebuilt\n",
+		  t);
+	for (i = 0; i < PRISM_FLOW_SLOTS; i++) {
+		fl = &pd->flows[i];
+		if (fl->tier != t)
+			continue;
+		for (d = 0; d < PRISM_NR_FIFOS; d++) {
+			u32 n = 0;
+
+			list_for_each_entry(rq, &fl->fifo[d], queuelist)
+				n++;
+			WRITE_ONCE(fl->queued[d], n);
+			queued[d] += n;
+		}
+		if (!prism_flow_queued(fl)) {
+			prism_flow_deactivate(pd, fl);
+			continue;
+		}
+		for (d = 0; d < PRISM_NR_FIFOS && !fl->queued[d]; d++)
+			;
+		rq = list_first_entry(&fl->fifo[d], struct request, queuelist);
+		prism_flow_activate(pd, fl, rq);
+	}
+	for (d = 0; d < PRISM_NR_FIFOS; d++)
+		tq->queued[d] = queued[d];
+	prism_batch_reset(&pd->batch);
+}
+
+/*
  * The queue drains (prism_draining()): the first list with requests of
  * the first backlogged flow of the highest tier that has any, past every
  * hold and cap, so that a freeze waits for the device alone. Returns the
@@ -521,12 +578,13 @@ static noinline struct prism_flow *prism_drain_choice(struct prism_data *pd,
 		return NULL;
 	fl = list_first_entry_or_null(&pd->tier[t].active, struct prism_flow,
 				      active);
-	if (!fl)
-		return NULL;
-	for (d = 0; d < PRISM_NR_FIFOS && !fl->queued[d]; d++)
+	for (d = 0; fl && d < PRISM_NR_FIFOS && !fl->queued[d]; d++)
 		;
-	if (d == PRISM_NR_FIFOS)
+	if (!fl || d == PRISM_NR_FIFOS) {
+		/* Not to be: the normal choice finds it after the repair. */
+		prism_repair_tier(pd, t);
 		return NULL;
+	}
 	prism_batch_reset(&pd->batch);
 	c->tier = t;
 	c->flow = prism_flow_slot(pd, fl);
@@ -589,7 +647,7 @@ noinline struct request *prism_dispatch_choose(struct prism_data *pd,
 	u32 queued_tiers = 0, depth;
 	unsigned long tick;
 	bool differ, drain = false;
-	int t;
+	int t, repaired = 0;
 
 	/*
 	 * What follows, which only moves with time, the tunables or the
@@ -661,6 +719,7 @@ noinline struct request *prism_dispatch_choose(struct prism_data *pd,
 		}
 	}
 
+again:
 	/*
 	 * One tier alone has requests queued and none above it is active:
 	 * the choice prism_choose() would make, without building its view.
@@ -697,11 +756,11 @@ turn:
 		fl = prism_fq_select(pd, c.tier,
 				     waited && waited->tier == c.tier ? waited :
 									NULL);
-		if (WARN_ON_ONCE(!fl)) {
-			/* Run again at the next completion, not in 3 ms. */
-			prism_batch_reset(&pd->batch);
-			prism_mark_restart(hctx);
-			return NULL;
+		if (unlikely(!fl)) {
+			if (repaired++)
+				goto broken;
+			prism_repair_tier(pd, c.tier);
+			goto again;
 		}
 		c.flow = prism_flow_slot(pd, fl);
 		if (fl == waited) {
@@ -722,11 +781,12 @@ turn:
 
 chosen:
 	rq = prism_pick(pd, fl, &c);
-	if (WARN_ON_ONCE(!rq)) {
-		/* The view said queued; the lists disagree. Start afresh. */
-		prism_batch_reset(&pd->batch);
-		prism_mark_restart(hctx);
-		return NULL;
+	if (unlikely(!rq)) {
+		/* The view said queued; the lists disagree. */
+		if (repaired++)
+			goto broken;
+		prism_repair_tier(pd, c.tier);
+		goto again;
 	}
 	/*
 	 * Unequal weights among flows backlogged together for long (which do
@@ -801,4 +861,10 @@ chosen:
 	}
 	pd->chosen_now = now;
 	return rq;
+
+broken:
+	/* Rebuilt from the lists and still nothing: at the next completion. */
+	prism_batch_reset(&pd->batch);
+	prism_mark_restart(hctx);
+	return NULL;
 }

@@ -1295,6 +1295,8 @@ void prism_fq_pick_consider(struct prism_fq_pick *p, const struct prism_fq *fq,
 
 int prism_fq_pick_done(struct prism_fq_pick *p, struct prism_fq *fq)
 {
+	if (p->low >= 0 && prism_vt_before(fq->vmin, p->low_start))
+		fq->vmin = p->low_start;
 	if (p->best >= 0)
 		return p->best;
 	if (p->low >= 0)

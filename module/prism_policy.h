@@ -609,16 +609,33 @@ static inline bool prism_flow_expected(const struct prism_think *th,
  * the tier's virtual time: when it still has a request in the device, or
  * its last one completed less than PRISM_FLOW_RETURN ago. A stream whose
  * think time is longer than the window loses the disk at each gap, but
- * not its weight. What it can bank is bounded: its weighted part of the
- * service the others got while it was away, at most that horizon's.
+ * not its weight. What it keeps is bounded, however often it returns:
+ * its debt, and no more than one turn of credit (prism_fq_return()).
  */
-#define PRISM_FLOW_RETURN	100000000ULL	/* 100 ms */
+#define PRISM_FLOW_RETURN_MS	100
+#define PRISM_FLOW_RETURN	(PRISM_FLOW_RETURN_MS * 1000000ULL)
 
 static inline bool prism_flow_returning(const struct prism_think *th,
 					u64 inflight, u64 now)
 {
 	return inflight ||
 	       (th->last_done && now - th->last_done < PRISM_FLOW_RETURN);
+}
+
+/*
+ * Whether a flow whose request arrives while it is not backlogged has
+ * been idle longer than the return window: it owns nothing, does not
+ * return (@returning), and its last request arrived at @last (jiffies)
+ * PRISM_FLOW_RETURN_MS or more before @now (@hz a second). Its start is
+ * then set to the virtual time (prism_fq_rest()).
+ */
+static inline bool prism_flow_rested(bool returning, u64 owned,
+				     unsigned long last, unsigned long now,
+				     unsigned int hz)
+{
+	unsigned long window = (PRISM_FLOW_RETURN_MS * hz + 999) / 1000;
+
+	return !returning && !owned && prism_time_after_eq(now, last + window);
 }
 
 /*

@@ -148,7 +148,7 @@ static __always_inline void __prism_remove_request(struct prism_data *pd,
 			int fifo = prism_rq_fifo(rq);
 
 			tq->queued[fifo]--;
-			fl->queued[fifo]--;
+			WRITE_ONCE(fl->queued[fifo], fl->queued[fifo] - 1);
 			if (!prism_flow_queued(fl))
 				prism_flow_deactivate(pd, fl);
 		}
@@ -249,7 +249,7 @@ static unsigned long prism_first_insert(struct prism_data *pd,
 	struct prism_group *g = NULL;
 	struct prism_cgroup_info cg;
 	struct prism_flow *fl;
-	unsigned long now_j;
+	unsigned long now_j, last;
 	u64 owned;
 
 	if (!prism_rq_prepared(rq)) {
@@ -297,9 +297,16 @@ static unsigned long prism_first_insert(struct prism_data *pd,
 				   msecs_to_jiffies(PRISM_RAISE_IDLE_MS))) &&
 	    fl->id && !fl->fq.backlogged && op_is_sync(rq->cmd_flags))
 		prism_flow_start(pd, t, fl, now_j);
+	last = fl->last_used;
 	fl->last_used = now_j;
+	/* Decided afresh at every first insert, used at its activation. */
+	fl->returning = false;
 	if (pd->flow_window)
 		prism_flow_arrival(pd, fl);
+	if (!fl->fq.backlogged &&
+	    prism_flow_rested(fl->returning, prism_flow_owned(fl), last, now_j,
+			      HZ))
+		prism_fq_rest(prism_flow_fq(pd, fl), &fl->fq);
 	WRITE_ONCE(fl->inserted, fl->inserted + 1);
 
 	/*

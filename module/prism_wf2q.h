@@ -18,6 +18,12 @@
 
 struct prism_fq {
 	u64 vtime;		/* the tier's virtual time V */
+	/*
+	 * The earliest start the last pick saw (prism_fq_pick_done()), never
+	 * moving back: what a start kept or inherited is bounded against
+	 * (prism_fq_floor()).
+	 */
+	u64 vmin;
 	u32 wsum;		/* weights of its backlogged flows */
 	u32 nr;			/* backlogged flows */
 	u64 w2sum;		/* their weights' squares (prism_fq_asymmetric()) */
@@ -47,24 +53,72 @@ static inline u64 prism_fq_finish(const struct prism_fq_flow *f)
 }
 
 /*
- * A flow comes back while it was expected (prism_flow_expected(): a
- * request of it still in the device, or within the window after its
- * last completion): it keeps its start, what it is owed as much as any
- * debt, as if it had stayed backlogged through the gap. A stream issuing
- * one request at a time is never backlogged when the device frees, and
- * were it restarted at the tier's virtual time at each return, it would
- * forfeit its weight: flows of every weight would be served alike.
+ * One turn of a flow at @weight in virtual time: the cost estimate of
+ * its next turn or the quantum, whichever is larger: the credit a flow
+ * keeps when it returns, or a newcomer inherits (prism_fq_floor()).
  */
-static inline void prism_fq_return(struct prism_fq *fq,
-				   struct prism_fq_flow *f, u32 weight)
+static inline u64 prism_fq_turn(const struct prism_fq_flow *f, u32 weight,
+				u64 quantum)
 {
-	if (f->backlogged)
-		return;
-	f->weight = weight ? weight : 1;
+	return prism_vt_delta(f->est > quantum ? f->est : quantum, weight);
+}
+
+/*
+ * The earliest start a flow at @weight may keep or inherit: one turn
+ * behind the earliest start of the last pick (fq->vmin), or behind V if
+ * that is earlier. Not V itself: V moves by the weights of the flows
+ * backlogged, without those of flows that come and go, so flows that
+ * return to their places all fall behind it together, while keeping
+ * their order; held to a turn behind V they are served in turn, whatever
+ * their weights (three streams at 80, 40 and 10 were served 57%, 34% and
+ * 9%, against 62%, 31% and 8%).
+ */
+static inline u64 prism_fq_floor(const struct prism_fq *fq,
+				 const struct prism_fq_flow *f, u32 weight,
+				 u64 quantum)
+{
+	u64 ref = prism_vt_before(fq->vmin, fq->vtime) ? fq->vmin : fq->vtime;
+
+	return ref - prism_fq_turn(f, weight, quantum);
+}
+
+static inline void __prism_fq_enqueue(struct prism_fq *fq,
+				      struct prism_fq_flow *f, u32 weight)
+{
+	f->weight = weight;
 	f->backlogged = true;
 	fq->wsum += f->weight;
 	fq->w2sum += (u64)f->weight * f->weight;
 	fq->nr++;
+}
+
+/*
+ * A flow comes back while it was expected (prism_flow_expected(): a
+ * request of it still in the device, or within the window after its
+ * last completion): it keeps its start, any debt and at most one turn of
+ * credit (prism_fq_floor()). A stream issuing one request at a time is
+ * never backlogged when the device frees, and were it restarted at the
+ * tier's virtual time at each return, it would forfeit its weight: flows
+ * of every weight would be served alike. Were its start kept whole,
+ * every gap in which the others were served more than it would add to
+ * its credit: a reader with 20 ms of think time beside a sequential
+ * reader banked credit for two minutes, then, turned greedy, kept the
+ * other out of the device for 4 s.
+ * @quantum: the tunable, ns.
+ */
+static inline void prism_fq_return(struct prism_fq *fq,
+				   struct prism_fq_flow *f, u32 weight,
+				   u64 quantum)
+{
+	u64 floor;
+
+	if (f->backlogged)
+		return;
+	weight = weight ? weight : 1;
+	floor = prism_fq_floor(fq, f, weight, quantum);
+	if (prism_vt_before(f->start, floor))
+		f->start = floor;
+	__prism_fq_enqueue(fq, f, weight);
 }
 
 /*
@@ -73,38 +127,58 @@ static inline void prism_fq_return(struct prism_fq *fq,
  * and a flow that used more than its share keeps its debt. A flow that
  * starts (new, or back after PRISM_RAISE_IDLE_MS) starts no later than
  * the flows already backlogged (@earliest, the earliest start among
- * them; fq->vtime or later if none is earlier): the virtual time moves
- * with the flows backlogged, and flows that come and go keep their
- * starts when they return (prism_fq_return()), so behind a virtual time
- * that moved without them they bank, gap after gap. Three buffered
- * readers on the emulated HDD, each backlogged a third of the time, were
- * 17 requests each behind it after a few seconds, and an application
- * starting beside them, at the virtual time and 30 times their weight,
- * waited 0.5-0.9 s for its first read while they spent that credit.
- * Started with the earliest of them, a newcomer competes from the start.
- * Only a start: a flow that comes and goes would take the laggard's
- * place at each activation (on flash, where none returns; with the rule
- * at every activation, groups included, two cgroups of equal weight were
- * once served 1.22 to 1 there).
+ * them; fq->vtime or later if none is earlier), but no further behind
+ * than a returning flow may be (prism_fq_floor()): a newcomer beside
+ * flows that return to their places competes with them from the start,
+ * and inherits no more credit than they may keep. Three buffered readers
+ * on the emulated HDD, each backlogged a third of the time, were 17
+ * requests each behind V after a few seconds, and an application
+ * starting beside them at V, at 30 times their weight, waited 0.5-0.9 s
+ * for its first read while they spent that credit. Only
+ * a start: a flow that comes and goes would take the laggard's place at
+ * each activation (on flash, where none returns; with the rule at every
+ * activation, groups included, two cgroups of equal weight were once
+ * served 1.22 to 1 there). A flow idle longer than the return window
+ * has its debt forgotten first (prism_fq_rest()).
  */
 static inline void prism_fq_activate_at(struct prism_fq *fq,
 					struct prism_fq_flow *f, u32 weight,
-					u64 earliest)
+					u64 earliest, u64 quantum)
 {
-	u64 v = prism_vt_before(earliest, fq->vtime) ? earliest : fq->vtime;
+	u64 v = fq->vtime, floor;
 
 	if (f->backlogged)
 		return;
+	weight = weight ? weight : 1;
+	if (prism_vt_before(earliest, v)) {
+		floor = prism_fq_floor(fq, f, weight, quantum);
+		v = prism_vt_before(earliest, floor) ? floor : earliest;
+	}
 	if (!fq->nr || !prism_vt_before(fq->vtime, f->start))
 		f->start = v;
-	prism_fq_return(fq, f, weight);
+	__prism_fq_enqueue(fq, f, weight);
 }
 
 /* prism_fq_activate_at() with no flow backlogged before the virtual time. */
 static inline void prism_fq_activate(struct prism_fq *fq,
 				     struct prism_fq_flow *f, u32 weight)
 {
-	prism_fq_activate_at(fq, f, weight, fq->vtime);
+	prism_fq_activate_at(fq, f, weight, fq->vtime, 0);
+}
+
+/*
+ * A flow (or group) not backlogged has been idle longer than the return
+ * window (prism_flow_rested()): whatever it owed is forgotten, and it
+ * becomes backlogged at the virtual time like any flow that owes
+ * nothing. A slot idle long enough for V to move 2^63 past its start
+ * (hours to weeks on a quiet machine, for a long-lived daemon's flow)
+ * would otherwise compare as 2^63 ahead: a debt that keeps it from ever
+ * being eligible while another flow is backlogged.
+ */
+static inline void prism_fq_rest(struct prism_fq *fq, struct prism_fq_flow *f)
+{
+	if (!f->backlogged)
+		f->start = fq->vtime;
 }
 
 static inline void prism_fq_deactivate(struct prism_fq *fq,

@@ -79,3 +79,48 @@ def test_every_import_in_the_checks_resolves():
                 name = importlib.util.resolve_name("." * node.level + (node.module or ""),
                                                    "prism.guest.checks")
                 importlib.import_module(name)
+
+
+def test_flow_lag_measures_the_greedy_phase_from_its_logs():
+    """flow_lag's reading of the two per-I/O logs (ms on one clock): the
+    sequential reader's completions in each whole second of the greedy
+    phase, its longest time without one, and the greedy reads in a row."""
+    from prism.guest.checks import flows
+    seq = [100, 500, 900, 1000, 2500, 2600, 2900, 3500]
+    greedy = [0, *range(1001, 2500), 3000]
+    phase = flows.greedy_phase(seq, greedy)
+    assert phase["phase_ms"] == 3000
+    assert phase["seq_per_second"] == [3, 1, 3]
+    assert phase["seq_longest_gap_ms"] == 1500
+    assert phase["greedy_run_max"] == 1499
+    assert phase["seq_last_ms"] == 500
+
+
+FLOWS_HEADER = ("slot pid comm tier weight backlogged vt_lead cost_us bytes dispatched "
+                "queued owned throttled think_us cgroup\n")
+
+
+@pytest.mark.parametrize("fq, turns", [
+    # vtime 4M of vt_lead's units (1.6e9 in the fair queue's) past vmin,
+    # the pair wrapped at 2^64: the start, 8M behind vtime, is one turn
+    # (16 ms x 25 / 100) behind vmin.
+    (f"fq normal vtime=600000000 vmin={2**64 - 1_000_000_000} wsum=200 backlogged=2", -1.0),
+    # vmin ahead of vtime: the floor's reference is vtime.
+    ("fq normal vtime=600000000 vmin=700000000 wsum=200 backlogged=2", -2.0),
+    # 3.0.0 shows no vmin: vtime.
+    ("fq normal vtime=600000000 wsum=200 backlogged=2", -2.0),
+])
+def test_flow_lag_takes_the_start_against_the_floor(tmp_path, monkeypatch, fq, turns):
+    from prism.guest import system
+    from prism.guest.checks import flows
+    sched = tmp_path / "block" / "nullb9" / "sched"
+    sched.mkdir(parents=True)
+    (sched / "flows").write_text(FLOWS_HEADER
+                                 + "3 42 fio normal 100 1 -8000000 1 1 1 1 1 0 0 0\n"
+                                 + "4 43 fio normal 100 1 0 1 1 1 1 1 0 0 0\n"
+                                 + fq + "\n" + "overflows=0\n")
+    monkeypatch.setattr(system, "DEBUGFS", tmp_path)
+    look = flows.lag_look("nullb9", 42)
+    assert look["turns"] == turns
+    assert look["vmin_shown"] == ("vmin=" in fq)
+    assert flows.lag_look("nullb9", 44) is None

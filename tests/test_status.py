@@ -41,8 +41,8 @@ FLOWS = ("slot pid comm tier weight backlogged vt_lead cost_us bytes dispatched 
          "0 311 pg\\040worker\\134 normal 100 1 0 900000 10485760 500 2 3 0 150 4242\n"
          "1 88 tar low 25 1 0 2000000 524288000 4000 9 16 0 0 0\n"
          "2 12 kworker/u4:1 normal 100 0 0 1000 4096 1 0 0 0 0 5\n"
-         "fq high vtime=0 wsum=0 backlogged=0\n"
-         "group 4242 normal weight=300 backlogged=1 flows=1 vtime=0 wsum=100\n"
+         "fq high vtime=0 vmin=0 wsum=0 backlogged=0\n"
+         "group 4242 normal weight=300 backlogged=1 flows=1 vtime=0 vmin=0 wsum=100\n"
          "group_overflows=0\noverflows=0\n")
 # Buckets 0..3 of lower bounds 0, 1 ms, 2 ms, 4 ms (the module has 66).
 LATENCY = ("bucket_ns 0 1000000 2000000 4000000\n"

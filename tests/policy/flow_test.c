@@ -7,6 +7,9 @@
  */
 #include "check.h"
 
+/* The default quantum (a turn's device time, ns). */
+#define QUANTUM	16000000ULL
+
 /* The buckets' default burst (the rate_burst tunable). */
 #define BURST	(PRISM_BUCKET_BURST_MS * 1000000ULL)
 
@@ -1298,7 +1301,7 @@ TEST(fq_return_keeps_the_start)
 	prism_fq_deactivate(&fq, &a);
 	prism_fq_charge(&fq, &b, 4000000);	/* b served in a's gap */
 	CHECK(prism_vt_before(a.start, fq.vtime));
-	prism_fq_return(&fq, &a, 40);
+	prism_fq_return(&fq, &a, 40, QUANTUM);
 	CHECK_EQ(a.start, 0);
 	CHECK(a.backlogged);
 	CHECK_EQ(fq.wsum, 80);
@@ -1308,21 +1311,44 @@ TEST(fq_return_keeps_the_start)
 	CHECK_EQ(a.start, fq.vtime);
 }
 
+/* How far @f's start trails @ref, 0 if it does not. */
+static u64 vt_behind(const struct prism_fq_flow *f, u64 ref)
+{
+	return prism_vt_before(f->start, ref) ? ref - f->start : 0;
+}
+
+/* The fair queue's pick among @n flows (backlogged, or all if @all). */
+static int fq_pick_n(struct prism_fq *fq, struct prism_fq_flow *f, int n,
+		     bool all)
+{
+	struct prism_fq_pick p;
+	int i;
+
+	prism_fq_pick_init(&p);
+	for (i = 0; i < n; i++)
+		if (all || f[i].backlogged)
+			prism_fq_pick_consider(&p, fq, &f[i], i);
+	return prism_fq_pick_done(&p, fq);
+}
+
 /*
- * Flows that come and go keep their starts as they return, behind a
- * virtual time that moved with whoever was backlogged: three readers,
- * each away two turns in three, fall further behind it turn after turn.
- * A newcomer started at the virtual time would wait while they spend
- * that credit (an application's first read, 0.5-0.9 s on the emulated
- * HDD); started with the earliest of them, at 30 times their weight, it
- * is chosen at the next pick.
+ * Flows that come and go return to their starts (prism_fq_return()),
+ * behind a virtual time that moved with whoever was backlogged: three
+ * readers, each away two turns in three, 300 rounds. Each keeps no more
+ * than a turn of credit however often it returns: its start is never
+ * more than a turn behind the earliest start of the last pick (kept
+ * whole, each was more than 100 ms of service behind V after the 300
+ * rounds, and an application starting beside them at V, at 30 times
+ * their weight, waited 20 of their requests and more: 0.5-0.9 s on the
+ * emulated HDD), and a newcomer started with the earliest of them
+ * inherits no more.
  */
 static int newcomer_waits(bool at_earliest)
 {
 	struct prism_fq fq = { 0 };
 	struct prism_fq_flow f[4] = { 0 };
 	u64 earliest;
-	int i, round, picks;
+	int i, j, round, picks;
 
 	for (i = 0; i < 3; i++)
 		prism_fq_activate(&fq, &f[i], 100);
@@ -1331,13 +1357,15 @@ static int newcomer_waits(bool at_earliest)
 		/* Only reader i is backlogged for its turn. */
 		prism_fq_deactivate(&fq, &f[(i + 1) % 3]);
 		prism_fq_deactivate(&fq, &f[(i + 2) % 3]);
+		CHECK_EQ(fq_pick_n(&fq, f, 3, false), i);
 		prism_fq_charge(&fq, &f[i], 7000000);
 		prism_fq_charge(&fq, &f[i], 7000000);
-		prism_fq_return(&fq, &f[(i + 1) % 3], 100);
-		prism_fq_return(&fq, &f[(i + 2) % 3], 100);
+		prism_fq_return(&fq, &f[(i + 1) % 3], 100, QUANTUM);
+		prism_fq_return(&fq, &f[(i + 2) % 3], 100, QUANTUM);
+		for (j = 0; j < 3; j++)
+			CHECK(vt_behind(&f[j], fq.vmin) <=
+			      prism_fq_turn(&f[j], 100, QUANTUM));
 	}
-	CHECK(prism_vt_before(f[0].start + prism_vt_delta(100000000, 100),
-			      fq.vtime));
 	earliest = fq.vtime;
 	for (i = 0; i < 3; i++)
 		if (prism_vt_before(f[i].start, earliest))
@@ -1346,16 +1374,12 @@ static int newcomer_waits(bool at_earliest)
 	f[3].start = fq.vtime;
 	f[3].est = 6666666;
 	prism_fq_activate_at(&fq, &f[3], 3000,
-			     at_earliest ? earliest : fq.vtime);
+			     at_earliest ? earliest : fq.vtime, QUANTUM);
+	CHECK(vt_behind(&f[3], fq.vmin) <= prism_fq_turn(&f[3], 3000, QUANTUM));
 	/* Picks (each a reader's 7 ms) until the newcomer is chosen. */
 	for (picks = 0; picks < 1000; picks++) {
-		struct prism_fq_pick p;
-		int id;
+		int id = fq_pick_n(&fq, f, 4, true);
 
-		prism_fq_pick_init(&p);
-		for (i = 0; i < 4; i++)
-			prism_fq_pick_consider(&p, &fq, &f[i], i);
-		id = prism_fq_pick_done(&p, &fq);
 		if (id == 3)
 			break;
 		prism_fq_charge(&fq, &f[id], 7000000);
@@ -1363,10 +1387,164 @@ static int newcomer_waits(bool at_earliest)
 	return picks;
 }
 
-TEST(newcomer_starts_with_the_earliest_backlogged)
+TEST(returning_flows_keep_a_turn_and_newcomers_wait_little)
 {
+	/*
+	 * V moved with one reader at a time, three times as fast as the
+	 * readers' starts: a flow made at V waits while they catch up (the
+	 * earliest rule is there for it); started with the earliest of
+	 * them, a newcomer at 30 times their weight goes at the next pick.
+	 */
 	CHECK(newcomer_waits(false) >= 20);
 	CHECK_EQ(newcomer_waits(true), 0);
+}
+
+/*
+ * A newcomer starts with the earliest backlogged flow, but no more than a
+ * turn of its own behind the earliest start of the last pick: beside a
+ * flow that trails it by many turns, it does not take that credit over.
+ */
+TEST(newcomer_inherits_at_most_a_turn)
+{
+	struct prism_fq fq = { .vtime = 1ULL << 40, .vmin = 1ULL << 40 };
+	struct prism_fq_flow old = { 0 }, f = { 0 };
+	u64 turn;
+
+	prism_fq_activate(&fq, &old, 100);
+	old.start = fq.vtime - 1000 * prism_vt_delta(QUANTUM, 100);
+	f.start = fq.vtime;
+	prism_fq_activate_at(&fq, &f, 100, old.start, QUANTUM);
+	turn = prism_fq_turn(&f, 100, QUANTUM);
+	CHECK_EQ(f.start, fq.vtime - turn);
+	/* One behind by less than a turn is followed exactly. */
+	prism_fq_deactivate(&fq, &f);
+	f.start = fq.vtime;
+	prism_fq_activate_at(&fq, &f, 100, fq.vtime - turn / 3, QUANTUM);
+	CHECK_EQ(f.start, fq.vtime - turn / 3);
+	/* Behind V, the earliest start of the last pick is the reference. */
+	prism_fq_deactivate(&fq, &f);
+	fq.vmin = fq.vtime - 5 * turn;
+	prism_fq_activate_at(&fq, &f, 100, old.start, QUANTUM);
+	CHECK_EQ(f.start, fq.vtime - 6 * turn);
+	fq.vmin = fq.vtime;
+	/* A turn is the quantum, or the next turn's estimate if longer. */
+	f.est = 3 * QUANTUM;
+	CHECK_EQ(prism_fq_turn(&f, 100, QUANTUM), prism_vt_delta(3 * QUANTUM, 100));
+	/* A debt is kept. */
+	prism_fq_deactivate(&fq, &f);
+	f.start = fq.vtime + turn;
+	prism_fq_activate_at(&fq, &f, 100, old.start, QUANTUM);
+	CHECK_EQ(f.start, fq.vtime + turn);
+}
+
+/*
+ * The banking reader of issue 57: a flow (A) that reads one 8 ms request
+ * at a time with 20 ms of think time beside a sequential reader (B, of
+ * the same weight, always backlogged, turns of 16 ms), returning to its
+ * place after each gap, 10,000 times. Its start never trails the
+ * earliest start of the last pick by more than a turn. (Not V: V counts
+ * A's 8 ms at half the rate of B's turns, so B, backlogged throughout,
+ * trails V more every cycle, 2,500 turns after the 10,000.) Then A turns
+ * greedy (always backlogged, turns of 16 ms): its credit is a turn
+ * behind the earliest start of the last pick, which was B's before its
+ * last turn, so B's next turn comes after at most three of A's (the
+ * third on a tie of finishes). With A's start kept whole, it fell 2 ms
+ * of service further behind B each cycle and, turned greedy, kept B out
+ * of the device for thousands of turns.
+ */
+TEST(returning_flow_lag_is_bounded)
+{
+	struct prism_fq fq = { 0 };
+	struct prism_fq_flow f[2] = { 0 };	/* A, B */
+	u64 worst = 0, worst_v = 0, turn;
+	int cycle, run, most = 0, picks, id;
+
+	prism_fq_activate(&fq, &f[1], 100);
+	prism_fq_activate(&fq, &f[0], 100);
+	for (cycle = 0; cycle < 10000; cycle++) {
+		u64 think = 0;
+
+		/* A's request goes when A is picked; B's turns meanwhile. */
+		for (picks = 0; picks < 100; picks++) {
+			id = fq_pick_n(&fq, f, 2, false);
+			if (id == 0)
+				break;
+			prism_fq_charge(&fq, &f[1], QUANTUM);
+		}
+		CHECK(picks < 100);
+		prism_fq_charge(&fq, &f[0], 8000000);
+		prism_fq_deactivate(&fq, &f[0]);
+		/* A thinks 20 ms: B is served alone. */
+		while (think < 20000000) {
+			CHECK_EQ(fq_pick_n(&fq, f, 2, false), 1);
+			prism_fq_charge(&fq, &f[1], QUANTUM);
+			think += QUANTUM;
+		}
+		prism_fq_return(&fq, &f[0], 100, QUANTUM);
+		if (vt_behind(&f[0], fq.vmin) > worst)
+			worst = vt_behind(&f[0], fq.vmin);
+		if (vt_behind(&f[0], fq.vtime) > worst_v)
+			worst_v = vt_behind(&f[0], fq.vtime);
+	}
+	turn = prism_fq_turn(&f[0], 100, QUANTUM);
+	CHECK(worst <= turn);
+	/* B, backlogged throughout, trails V further and further. */
+	CHECK(vt_behind(&f[1], fq.vtime) > 1000 * turn);
+	/* Greedy: A's runs of turns between B's. */
+	for (picks = 0, run = 0; picks < 2000; picks++) {
+		id = fq_pick_n(&fq, f, 2, false);
+		prism_fq_charge(&fq, &f[id], QUANTUM);
+		if (id == 0 && ++run > most)
+			most = run;
+		if (id == 1)
+			run = 0;
+	}
+	CHECK(most <= 3);
+}
+
+/*
+ * A flow idle long enough for V to move 2^63 past its start: its start
+ * compares as 2^63 ahead of V, a debt that would keep it from ever being
+ * eligible while another flow is backlogged. Idle longer than the return
+ * window (prism_flow_rested()), it restarts at V (prism_fq_rest()) and
+ * is served at the next pick or the one after.
+ */
+TEST(idle_flow_restarts_at_v_past_the_wrap)
+{
+	struct prism_fq fq = { 0 };
+	struct prism_fq_flow f[2] = { 0 };	/* A, B */
+	unsigned long last = 1000;
+	int picks;
+
+	prism_fq_activate(&fq, &f[0], 100);
+	prism_fq_activate(&fq, &f[1], 100);
+	prism_fq_charge(&fq, &f[0], 4000000);
+	prism_fq_deactivate(&fq, &f[0]);
+	/* B served alone for ages: V moves 2^63 and a turn past A. */
+	fq.vtime = f[0].start + (1ULL << 63) + prism_vt_delta(QUANTUM, 100);
+	fq.vmin = fq.vtime;
+	f[1].start = fq.vtime;
+	CHECK(prism_vt_before(fq.vtime, f[0].start));	/* looks like a debt */
+
+	/* The return window is 100 ms: 25 jiffies at HZ 250. */
+	CHECK(!prism_flow_rested(false, 0, last, last + 24, HZ));
+	CHECK(prism_flow_rested(false, 0, last, last + 25, HZ));
+	CHECK(!prism_flow_rested(true, 0, last, last + 25, HZ));
+	CHECK(!prism_flow_rested(false, 1, last, last + 25, HZ));
+	CHECK(prism_flow_rested(false, 0, last, last + 1000 * HZ, HZ));
+	prism_fq_rest(&fq, &f[0]);
+	prism_fq_activate(&fq, &f[0], 100);
+	CHECK_EQ(f[0].start, fq.vtime);
+	for (picks = 0; picks < 1000; picks++) {
+		if (fq_pick_n(&fq, f, 2, false) == 0)
+			break;
+		prism_fq_charge(&fq, &f[1], QUANTUM);
+	}
+	CHECK(picks <= 1);
+	/* A backlogged flow's start is not touched. */
+	f[1].start = fq.vtime + 5;
+	prism_fq_rest(&fq, &f[1]);
+	CHECK_EQ(f[1].start, fq.vtime + 5);
 }
 
 /*
@@ -1436,7 +1614,7 @@ static void sim_streams(u64 window, u64 think, u32 depth,
 				if (!f[i].backlogged) {
 					if (window &&
 					    prism_flow_returning(&s->th, s->inflight, now))
-						prism_fq_return(&fq, &f[i], w[i]);
+						prism_fq_return(&fq, &f[i], w[i], QUANTUM);
 					else
 						prism_fq_activate(&fq, &f[i], w[i]);
 				}
@@ -1891,7 +2069,7 @@ static u64 startup_time_charged(bool raised, bool seq_charge)
 		if (id == 3) {
 			done++;
 			prism_fq_deactivate(&s.fq, &s.f[3]);
-			prism_fq_return(&s.fq, &s.f[3], weight);
+			prism_fq_return(&s.fq, &s.f[3], weight, QUANTUM);
 		}
 	}
 	return time;

@@ -68,6 +68,7 @@ MAIN = [
     "priority_latency_nvme",
     "flow_shares",
     "flows_greedy",
+    "flow_lag",
     "weight_raise",
     "direct_lane",
     "bulk_merge",
@@ -125,7 +126,7 @@ CLOUD_CHECKS: list[tuple[str, Callable[[dict], dict]]] = [(n, REGISTRY[n].fn) fo
 # exercise on every kernel.
 SAME_ON_EVERY_KERNEL = ["drive_hdd", "cost_learn_hdd", "sync_chain_hdd", "priority_latency_nvme",
                         "priority_latency", "share", "flows_greedy", "weight_raise",
-                        "flow_shares", "flow_idle_hdd", "flow_wait_own_tag",
+                        "flow_shares", "flow_idle_hdd", "flow_wait_own_tag", "flow_lag",
                         "flow_idle_queueing", "flow_idle_flash", "aging", "share_sweep",
                         "rate_cap", "tags_short", "anticipation_hdd", "direct_lane",
                         "cgroup_shares"]

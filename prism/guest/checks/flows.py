@@ -382,6 +382,207 @@ def check_flows_greedy(ctx) -> dict:
             "greedy_throttled": greedy_flow["throttled"], "runs": runs}
 
 
+# flow_lag: the banking reader is light for LAG_BANK_S, then greedy for
+# LAG_GREEDY_S; its two fio jobs overlap by a second, so that its flow
+# never rests between them (prism_flow_rested(): 100 ms without a request
+# restarts a flow at V, which would hide what it banked).
+LAG_BANK_S = 36
+LAG_GREEDY_S = 13
+# prism's quantum (prism_tunables_default(): 16 ms, not a tunable), the
+# fair queue's scale (PRISM_VT_SCALE) and vt_lead's unit weight
+# (PRISM_WEIGHT_UNIT): a turn in vt_lead's units is
+# max(est, quantum) x 25 / weight; the banking reader's 4 KiB random
+# reads are estimated at 6.7 ms on rotational media, less than the quantum.
+QUANTUM_NS = 16_000_000
+FQ_VT_SCALE = 10_000
+WEIGHT_UNIT = 25
+# The thresholds: the sequential reader waits less than a second between
+# completions in the greedy phase, the greedy reader completes at most
+# LAG_RUN_MAX reads in a row between two of the sequential reader's, and
+# the banking reader's start, while backlogged, is never more than
+# LAG_TURNS_MAX turns behind the floor's reference. The bound lets the
+# greedy reader take a few turns of about three reads each (6.7 ms
+# estimated a read, 16 ms a turn) before the other's next: about ten
+# reads; LAG_RUN_MAX leaves room for fio's own reaping (a completion is
+# logged when fio takes it, and a fio process that TCG keeps off a CPU
+# for a while logs the other's reads meanwhile). 3.0.0 is expected at
+# about 1,000 (see the check's docstring).
+LAG_GAP_MAX_MS = 1000
+LAG_RUN_MAX = 400
+LAG_TURNS_MAX = 2
+
+
+def signed64(x: int) -> int:
+    """@x modulo 2^64 as a signed 64-bit value: a difference of virtual
+    times, which wrap (prism_vt_before())."""
+    return ((x + 2**63) % 2**64) - 2**63
+
+
+def fair_queues(text: str) -> dict[tuple[str, str], dict[str, int]]:
+    """debugfs flows' fair-queue lines: ("fq", tier) and ("group", cgroup
+    id) to their key=value fields as ints (a 3.0.0 module shows no vmin)."""
+    out = {}
+    for line in text.splitlines():
+        f = line.split()
+        if len(f) > 2 and f[0] in ("fq", "group"):
+            out[(f[0], f[1])] = {k: int(v) for k, v in
+                                 (w.split("=", 1) for w in f[2:] if "=" in w)}
+    return out
+
+
+def lag_look(dev: str, pid: int) -> dict | None:
+    """Flow @pid's start against its fair queue's floor reference (the
+    earlier of vmin and vtime, prism_fq_floor(); vtime where the module
+    shows no vmin), in vt_lead's units and in turns, from one read of
+    debugfs flows; None while the flow is not there."""
+    text = (g.DEBUGFS / "block" / dev / "sched" / "flows").read_text()
+    fl = next((f for f in g.parse_prism_flows(text) if f["pid"] == pid), None)
+    if fl is None:
+        return None
+    fqs = fair_queues(text)
+    q = fqs[("group", str(fl["cgroup"]))] if fl["cgroup"] else fqs[("fq", fl["tier"])]
+    vtime, vmin = q["vtime"], q.get("vmin")
+    ref = vmin if vmin is not None and signed64(vmin - vtime) < 0 else vtime
+    behind = fl["vt_lead"] + signed64(vtime - ref) * WEIGHT_UNIT / FQ_VT_SCALE
+    turn = QUANTUM_NS * WEIGHT_UNIT / max(fl["weight"], 1)
+    return {"backlogged": fl["backlogged"], "weight": fl["weight"],
+            "vt_lead": fl["vt_lead"], "vmin_shown": vmin is not None,
+            "start_vs_ref": round(behind), "turns": round(behind / turn, 2)}
+
+
+def log_times(pattern: str) -> list[int]:
+    """The times (ms, Unix epoch: log_unix_epoch) of the entries of the
+    fio log matching @pattern, one per completed I/O (no log_avg_msec),
+    in order."""
+    path = next(Path().glob(pattern))
+    times = []
+    for line in path.read_text().splitlines():
+        f = line.split(",", 1)
+        if f[0].strip().isdigit():
+            times.append(int(f[0]))
+    return sorted(times)
+
+
+def greedy_phase(seq: list[int], greedy: list[int]) -> dict:
+    """The sequential reader's completions (@seq) from the greedy reader's
+    first completion to its last (@greedy, ms on one clock): completions
+    in each whole second of that phase, the longest time without one
+    (from the phase's start to its end), and the most greedy reads
+    completed in a row with no sequential one between (on a tie of
+    milliseconds the sequential one counts first)."""
+    g0, g1 = greedy[0], greedy[-1]
+    within = [t for t in seq if g0 <= t <= g1]
+    per_second = [sum(1 for t in within if g0 + i * 1000 <= t < g0 + (i + 1) * 1000)
+                  for i in range((g1 - g0) // 1000)]
+    points = [g0, *within, g1]
+    gap = max(b - a for a, b in zip(points, points[1:], strict=False))
+    run = longest = 0
+    for _, greedy_read in sorted([(t, False) for t in within] + [(t, True) for t in greedy]):
+        run = run + 1 if greedy_read else 0
+        longest = max(longest, run)
+    return {"phase_ms": g1 - g0, "seq_per_second": per_second, "seq_longest_gap_ms": gap,
+            "greedy_run_max": longest, "seq_last_ms": (seq[-1] - g1) if seq else None}
+
+
+@check("flow_lag")
+def check_flow_lag(ctx) -> dict:
+    """Protects against a flow that keeps returning banking credit, then starving its tier.
+
+    Issue 57: a rotational null_blk (1 ms a request, one at a time,
+    nr_requests 64) under prism; a sequential reader (128 KiB, iodepth
+    4) runs throughout; beside it, at the same priority and weight, a
+    process reads 4 KiB at random with 20 ms of think time for 36 s (it
+    comes back within the return window each time, so its flow keeps its
+    start), then turns greedy (iodepth 32, no think time; the same
+    process: fio threads) for 13 s. Each reader's completions are logged
+    one by one on one clock (fio's per-I/O bw log, log_unix_epoch): a log
+    averaged over seconds cannot tell a second-long stall from a late
+    entry. In the greedy phase the sequential reader completes I/O in
+    every second (its longest time without a completion under
+    LAG_GAP_MAX_MS) and the greedy reader completes at most LAG_RUN_MAX
+    reads in a row before the next sequential one (the bound allows it
+    one turn of credit: a few turns of three reads each); from debugfs
+    flows read every half second, the banking reader's start, whenever
+    it is backlogged (in the greedy phase throughout), is never more than
+    two turns behind the earlier of its fair queue's vmin and vtime
+    (prism_fq_floor()); the books balance.
+
+    Expected on 3.0.0 (no floor): the review measured 4 s without a
+    sequential completion after 120 s of banking (its vt_lead falling
+    41M a second faster than the sequential reader's, about 3% of the
+    banking time in starvation), so about 1-1.2 s here: the gap near
+    LAG_GAP_MAX_MS, which alone would be too close to call, but some
+    900-1,200 greedy reads in a row against LAG_RUN_MAX (400): the run
+    and the gap are what show the starvation. The lag fails there too,
+    hundreds of turns behind, but only because 3.0.0's fq line shows no
+    vmin and it is taken against vtime, which every flow trails."""
+    with g.temporary_nullb("lag", depth=1, completion_us=1000, size_mb=8192,
+                           memory_backed=False) as dev:
+        g.write_queue(dev, "rotational", 1)
+        g.set_scheduler(dev, "none")
+        g.set_scheduler(dev, "prism")
+        g.write_queue(dev, "nr_requests", 64)
+        common = ["fio", "--output-format=json", "--group_reporting=0", "--direct=1",
+                  "--ioengine=libaio", "--time_based=1", "--log_unix_epoch=1",
+                  f"--filename=/dev/{dev}"]
+        seq_args = [*common, "--name=seq", "--rw=read", "--bs=128k", "--iodepth=4",
+                    f"--runtime={LAG_BANK_S + LAG_GREEDY_S + 3}", "--offset=0",
+                    "--size=6G", "--write_bw_log=lag-seq"]
+        bank_args = [*common, "--thread=1", "--rw=randread", "--bs=4k", "--randrepeat=0",
+                     "--offset=6G", "--size=2G",
+                     "--name=bank", "--iodepth=1", "--thinktime=20000",
+                     f"--runtime={LAG_BANK_S + 1}",
+                     "--name=greedy", "--iodepth=32", f"--startdelay={LAG_BANK_S}",
+                     f"--runtime={LAG_GREEDY_S}", "--write_bw_log=lag-greedy"]
+        timeout = LAG_BANK_S + LAG_GREEDY_S + 240
+        procs: dict[str, subprocess.Popen] = {}
+        t0 = time.monotonic()
+        try:
+            for name, args in (("seq", seq_args), ("bank", bank_args)):
+                procs[name] = subprocess.Popen([*args, f"--output=lag-{name}.json"],
+                                               stdout=subprocess.DEVNULL,
+                                               stderr=subprocess.PIPE, text=True)
+            pid = procs["bank"].pid     # fio's threads: one process, one flow
+            with repeating(0.5, lambda tick: timed_look(lambda: lag_look(dev, pid),
+                                                        t0)) as samples:
+                rcs = {name: wait_rc(p, timeout) for name, p in procs.items()}
+        finally:
+            for p in procs.values():
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
+        for name, rc in rcs.items():
+            if rc:
+                stderr = procs[name].stderr
+                err = stderr.read() if stderr else ""
+                raise RuntimeError(f"fio ({name}) failed ({rc}): {err.strip()[-1500:]}")
+        outs = {name: g.parse_fio_json(Path(f"lag-{name}.json").read_text())
+                for name in procs}
+        flows = [f for f in g.prism_flows(dev) if f["dispatched"]]
+        books = conservation(dev)
+        g.set_scheduler(dev, "none")
+    phase = greedy_phase(log_times("lag-seq_bw.*.log"), log_times("lag-greedy_bw.*.log"))
+    looks = [{"t": round(t, 1), **x} for t, x in samples if x is not None]
+    held = [x["turns"] for x in looks if x["backlogged"]]
+    ios = {"seq": job(outs["seq"], "seq")["ios"],
+           "bank": job(outs["bank"], "bank")["ios"],
+           "greedy": job(outs["bank"], "greedy")["ios"]}
+    every_second = (phase["seq_longest_gap_ms"] < LAG_GAP_MAX_MS
+                    and bool(phase["seq_per_second"]) and min(phase["seq_per_second"]) > 0)
+    bounded = len(held) >= 4 and min(held) >= -LAG_TURNS_MAX
+    ok = (every_second and phase["greedy_run_max"] <= LAG_RUN_MAX and bounded
+          and books["balanced"])
+    return {"ok": ok, "seq_every_second": every_second, **phase,
+            "lag_bounded": bounded, "backlogged_looks": len(held),
+            "worst_turns_backlogged": min(held, default=None),
+            "worst_turns_any": min((x["turns"] for x in looks), default=None),
+            "vmin_shown": any(x["vmin_shown"] for x in looks),
+            "balanced": books["balanced"], "ios": ios,
+            "flows": [{k: f[k] for k in ("pid", "weight", "vt_lead", "cost_us",
+                                         "dispatched", "throttled")} for f in flows],
+            "looks": looks}
+
+
 def raise_counts(dev: str) -> dict:
     """debugfs flows' flow_starts= and raised= counts."""
     g.mount_debugfs()
