@@ -87,7 +87,7 @@ def _head() -> str:
 def test_verdicts_from_recorded_reports(tmp_path):
     plan = aims.tomllib.loads(PLAN)
     results = tmp_path / "results"
-    _report(results, "ssd-6.12", "ssd-model-v3-6.12", _head())
+    _report(results, "ssd-6.12", "ssd-model-v3-6.12", aims.release_commit()[:12])
     # hdd's own run is not made: its earlier report stands for it.
     _report(results, "hdd-old", "hdd-v3-v2-6.12", "63ef6dcdb2dd")
     rows = {r["id"]: r for r in aims.verdicts(plan, results)}
@@ -108,7 +108,8 @@ def test_verdicts_from_recorded_reports(tmp_path):
     table = aims.expect_table(plan, results).splitlines()
     assert table[0] == "| scheduler | ssd | hdd |"
     assert table[6].startswith("| prism | **1.61x, 22.8 MiB/s, work 0.09** | **1.66x,")
-    assert "an earlier module" in table[-1] and "this release's module" in table[-1]
+    version = aims.release_version()
+    assert f"a module before {version}" in table[-1] and f"{version}'s module" in table[-1]
 
 
 def test_a_report_from_uncommitted_source_backs_no_aim(tmp_path):
@@ -121,7 +122,9 @@ def test_a_report_from_uncommitted_source_backs_no_aim(tmp_path):
     # A commit that is not in this history (an experiment's branch, lost).
     assert aims.provenance("0123456789ab") == "unbacked"
     assert aims.provenance(None) == "unbacked"
-    assert aims.provenance(_head()) == "release"
+    assert aims.provenance(aims.release_commit()) == "release"
+    assert aims.provenance("63ef6dcdb2dd") == "earlier"        # v3's notebook, before 3.0.0
+    assert aims.provenance(_head()) in ("release", "unreleased")
     shutil.rmtree(results)
     assert all(r["verdict"] == "not measured" for r in aims.verdicts(plan, results))
 

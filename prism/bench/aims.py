@@ -6,8 +6,9 @@ docs/aims.md (a verdict per aim, computed from the reports) and the
 README's "What to expect" table from the runs that name a column.
 
 A report backs an aim only if the source it measured is committed and an
-ancestor of HEAD; one whose module differs from HEAD's is shown as from
-an earlier revision, never as this release's figure."""
+ancestor of HEAD; one whose module is not the release's (module/VERSION)
+is shown as from an earlier module or as unreleased changes, never as
+the release's figure."""
 
 from __future__ import annotations
 
@@ -82,20 +83,39 @@ def _git(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(["git", "-C", str(REPO), *args], capture_output=True, text=True)
 
 
+# What the build compiles (build.MODULE_FILES, Kbuild, VERSION), not the
+# install Makefile or the DKMS config.
+MODULE_PATHS = ("module/*.c", "module/*.h", "module/Kbuild", "module/VERSION")
+
+
+def release_commit() -> str | None:
+    """The commit that made the current release: the last to change
+    module/VERSION in HEAD's history."""
+    r = _git("log", "-1", "--format=%H", "HEAD", "--", "module/VERSION")
+    return r.stdout.strip() or None
+
+
 def provenance(source: str | None) -> str:
-    """"release": committed, an ancestor of HEAD, and the module it built
-    the same as HEAD's; "earlier": committed and an ancestor, but
-    the module differs; "unbacked": uncommitted changes, or a commit that
-    is not an ancestor of HEAD (or unknown), which cannot back an aim."""
+    """Where a report's source stands against the release (module/VERSION
+    at HEAD): "release": the module it built is the release's, file for
+    file; "earlier": a module from before the release; "unreleased": a
+    module changed since the release (committed, in this history, but not
+    what was released); "unbacked": uncommitted changes, or a commit that
+    is not an ancestor of HEAD (or unknown), which backs no aim."""
     if not source or source.endswith("+changes"):
         return "unbacked"
     if _git("merge-base", "--is-ancestor", source, "HEAD").returncode != 0:
         return "unbacked"
-    # What the build compiles (build.MODULE_FILES, Kbuild, VERSION), not
-    # the install Makefile or the DKMS config.
-    same = _git("diff", "--quiet", source, "HEAD", "--", "module/*.c", "module/*.h",
-                "module/Kbuild", "module/VERSION").returncode == 0
-    return "release" if same else "earlier"
+    rel = release_commit()
+    if rel and _git("diff", "--quiet", source, rel, "--", *MODULE_PATHS).returncode == 0:
+        return "release"
+    if rel and _git("merge-base", "--is-ancestor", source, rel).returncode == 0:
+        return "earlier"
+    return "unreleased"
+
+
+def release_version() -> str:
+    return (REPO / "module" / "VERSION").read_text().strip()
 
 
 # -- the checks -------------------------------------------------------------------
@@ -218,15 +238,18 @@ def aims_md(plan: dict, results: Path = RESULTS) -> str:
              "computed from its report's runs with the yardstick of the report code "
              "(latencies and ratios as geometric means; the common baseline is the best "
              "figure alone of any scheduler in the same boots). Source: the prism commit "
-             "the report measured; *earlier*: its module differs from this revision's, so "
-             "the figure is not this release's; a report from uncommitted source or from a "
+             "the report measured; *earlier*: a module from before the release, "
+             "*unreleased*: a module changed since it, so the figure is not the release's; "
+             "a report from uncommitted source or from a "
              "commit that is not in this history backs no aim (not measured).", "",
              "| aim | issue | run | source | figures | verdict |", "|---|---|---|---|---|---|"]
     for r in rows:
         src = "-"
         if r["report"]:
             src = (f"[{r['created']}, `{(r['source'] or '?')[:12]}`](results/{r['report']}/"
-                   f"report.md)" + (" *earlier*" if r["provenance"] == "earlier" else "")
+                   f"report.md)"
+                   + (f" *{r['provenance']}*" if r["provenance"] in ("earlier", "unreleased")
+                      else "")
                    + (" *uncommitted or missing*" if r["provenance"] == "unbacked" else ""))
         lines.append(f"| **{r['id']}**: {r['aim']} | {r['issue']} | `{r['run']}` | {src} | "
                      + ("; ".join(r["figures"]) or "-") + f" | {r['verdict']} |")
@@ -277,7 +300,9 @@ def expect_table(plan: dict, results: Path = RESULTS) -> str:
             srcs.append(f"{dev}: not measured yet")
             continue
         p = d.get("plan", {})
-        module = {"release": "this release's module", "earlier": "an earlier module",
+        module = {"release": f"{release_version()}'s module",
+                  "earlier": f"a module before {release_version()}",
+                  "unreleased": f"a module changed since {release_version()}",
                   "unbacked": "uncommitted source"}[provenance(p.get("source"))]
         srcs.append(f"{dev} [{d.get('created', '')[:10]}, `{(p.get('source') or '?')[:7]}`, "
                     f"{module}, {p.get('reps')} reps]"
