@@ -795,7 +795,8 @@ def plots(out: Path, runs: list[dict], summaries: list[dict]) -> list[str]:
                 fig.tight_layout()
                 _save(plt, fig, out, f"{kernel}-{workload}-shares.png", made)
             points = tradeoff_points(runs, summaries, kernel, workload)
-            if points and w:
+            # A bulk job that moved nothing anywhere leaves no log axis to draw.
+            if points and w and max(p["y"] for p in points) > 0:
                 fig = tradeoff_figure(
                     plt, points, w, f"{workload} on {kernel}: protection against progress\n"
                     f"({reps} repetition{'s' if reps != 1 else ''}; "
