@@ -871,6 +871,13 @@ def test_a_repetition_that_did_no_work_counts():
     assert backup["metrics"]["bw_kib"]["mean"] == pytest.approx(2048 / 3)
     assert backup["metrics"]["p99_us"]["max"] == 20e6
     assert report.starved_note(backup) == " (starved in 1 of 3)"
+    # A record that counts bytes, not I/Os (pg_basebackup's), is starved
+    # only when it moved none.
+    copied = [{"job": "backup", "ios": None, "kib": 0.0, "bw_kib": 0.0},
+              {"job": "backup", "ios": None, "kib": 512.0, "bw_kib": 25.6}]
+    report.add_starved([{"jobs": copied, "wall_s": 22}])
+    assert copied[0].get("starved") and not copied[1].get("starved")
+    assert copied[1]["bw_kib"] == 25.6
 
 
 def test_device_use_from_the_drives_trace():

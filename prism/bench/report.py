@@ -121,7 +121,10 @@ def add_starved(runs: list[dict]) -> None:
     marks it."""
     for r in runs:
         for j in r["jobs"]:
-            if j.get("ios", 1) or j.get("startdelay_s"):
+            # I/Os completed, or for a record that counts none (pgbench's
+            # backup: bytes copied) the KiB it moved.
+            work = j.get("ios") if j.get("ios") is not None else j.get("kib")
+            if work is None or work > 0 or j.get("startdelay_s"):
                 continue
             j["starved"] = True
             j["iops"] = j["bw_kib"] = 0.0
