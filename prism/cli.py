@@ -2,9 +2,10 @@
 
   prism fetch --kernel 6.12         install image+headers, extract block/ from source
                                     (7.3: a trixie build root, the image extracted)
-  prism build --kernel 6.12         build prism-iosched.ko against it (--twin: and v2's
-                                    module beside it, prism-v2-iosched.ko); --kernel
-                                    build-only: the kernels built but never booted
+  prism build --kernel 6.12         build prism-iosched.ko against it (--twin NAME: and
+                                    a release's module beside it, prism-v2-iosched.ko or
+                                    prism-v3-iosched.ko); --kernel build-only: the
+                                    kernels built but never booted
   prism checkpatch                  checkpatch.pl --no-tree -f on the module sources
   prism kernels list                the pinned kernels (tested and build-only), where built
   prism kernels update              move the pins to the newest ABI of each series
@@ -43,7 +44,7 @@ from .common import workloads
 from .common.errors import PrismError, Terminated, UsageError
 from .drives import diskmodel, nbd
 from .guest import checks, selftest
-from .guest.system import NVME_SERIAL, TWIN_SCHEDULER, VIRTIO_SERIAL
+from .guest.system import NVME_SERIAL, TWINS, VIRTIO_SERIAL
 from .host import blktests, build, debugkernel, insnprof, kernels, pgimage, pins, twin, vm
 
 
@@ -118,16 +119,17 @@ def cmd_fetch(args) -> int:
 
 def cmd_build(args) -> int:
     ks = _kernels(args.kernel)
-    if args.twin:
+    tws = [twin.get(name) for name in dict.fromkeys(
+        n.strip() for n in (args.twin or "").split(",") if n.strip())]
+    for tw in tws:
         for k in ks:
-            twin.check_kernel(k)
+            twin.check_kernel(k, tw)
     for k in ks:
         ko = build.build(k, fetch=not args.no_fetch)
         kernels.log(f"built {ko}")
-        if args.twin:
-            ko = twin.build_twin(k, fetch=not args.no_fetch)
-            kernels.log(f"built {ko} ({TWIN_SCHEDULER}: prism v2, the previous release, "
-                        f"commit {twin.TWIN_REV})")
+        for tw in tws:
+            ko = twin.build_twin(k, tw, fetch=not args.no_fetch)
+            kernels.log(f"built {ko} ({tw.scheduler}: prism {tw.release}, commit {tw.rev})")
     return 0
 
 
@@ -280,10 +282,13 @@ def cmd_profile(args) -> int:
         raise UsageError("--ios must be at least 1000 and --jobs at least 1")
     if args.lines and "prism" not in scheds:
         raise UsageError("--lines breaks down prism's functions: add prism to --schedulers")
-    if TWIN_SCHEDULER in scheds:
-        twin.check_kernel(k)
+    tws = [TWINS[s] for s in scheds if s in TWINS]
+    if len(tws) > 1:
+        raise UsageError("--schedulers: one twin a profile (the guest is handed one)")
+    for tw in tws:
+        twin.check_kernel(k, tw)
     ko = build.build(k)
-    twin_ko = twin.build_twin(k) if TWIN_SCHEDULER in scheds else None
+    twin_ko = twin.build_twin(k, tws[0]) if tws else None
     rundir = vm.new_rundir()
     kernels.log(f"profiling {', '.join(scheds)} on {k.abi} (icount, one vCPU, "
                 f"{args.ios} reads per job); run dir {rundir}")
@@ -674,10 +679,13 @@ def parser() -> argparse.ArgumentParser:
                         "or every (both)")
     p.add_argument("--no-fetch", action="store_true",
                    help="do not install or download anything")
-    p.add_argument("--twin", action="store_true",
-                   help=f"also build {TWIN_SCHEDULER}: prism's previous release (v2) under "
-                        "names of its own, which loads beside prism (6.1 and 6.12 only; "
-                        "prism bench run builds it when --schedulers names it)")
+    p.add_argument("--twin", nargs="?", const="prism-v2", metavar="NAME",
+                   help="also build a twin, an older release's module under names of its "
+                        "own that loads beside prism: "
+                        + "; ".join(f"{t.scheduler} is {t.release} (kernels "
+                                    f"{', '.join(t.series)})" for t in TWINS.values())
+                        + "; a comma list for several; bare --twin: prism-v2. prism bench "
+                        "run builds one when --schedulers names it")
     p.set_defaults(func=cmd_build)
 
     p = sub.add_parser("status", help="what prism is doing on this machine's disks: the "
@@ -791,8 +799,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--schedulers", default=plan.ALL_SCHEDULERS,
                    help="comma list; variants as NAME:key=val,key=val "
                         "(e.g. bfq:low_latency=0,slice_idle=0); default all five; "
-                        f"{TWIN_SCHEDULER} is prism's previous release (v2), loaded beside "
-                        "prism in the same boots, for a paired comparison")
+                        + "; ".join(f"{t.scheduler} is prism {t.release}" for t in
+                                    TWINS.values())
+                        + ": a twin, loaded beside prism in the same boots for a paired "
+                        "comparison (one a benchmark)")
     p.add_argument("--reps", type=int, default=5, help="repetitions (default 5)")
     p.add_argument("--boots", type=int, default=1,
                    help="split the repetitions over this many VM boots, one after another "

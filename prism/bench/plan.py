@@ -24,16 +24,17 @@ from ..common.errors import PrismError, UsageError
 from ..drives import diskmodel
 from ..guest import selftest
 from ..guest.benchrun import MODEL_PROFILES, NULLB_PROFILES, parse_scheduler, rep_range
-from ..guest.system import NVME_SERIAL, PGIMAGE_SERIAL, TWIN_LOADED, TWIN_SCHEDULER, VIRTIO_SERIAL
+from ..guest.system import NVME_SERIAL, PGIMAGE_SERIAL, TWINS, VIRTIO_SERIAL, Twin
 from ..host import build, kernels, pgimage, twin, vm
 from . import report
 
 KNOWN_SCHEDULERS = ("none", "mq-deadline", "kyber", "bfq", "prism")
 ALL_SCHEDULERS = ",".join(KNOWN_SCHEDULERS)
-# What --schedulers takes besides: prism's twin, v2's module under its own
-# elevator name (host/twin.py), run in the same boots as prism so that the
-# two are compared repetition by repetition. Never in the default.
-BENCH_SCHEDULERS = KNOWN_SCHEDULERS + (TWIN_SCHEDULER,)
+# What --schedulers takes besides: prism's twins, an older release's
+# module under its own elevator name (prism-v2, prism-v3: guest.system.TWINS,
+# host/twin.py), run in the same boots as prism so that the two are
+# compared repetition by repetition. Never in the default.
+BENCH_SCHEDULERS = KNOWN_SCHEDULERS + tuple(TWINS)
 # The devices of prism bench run and prism vm --device, one list for both.
 VM_PROFILES = tuple(NULLB_PROFILES) + ("virtio", "nvme") + tuple(MODEL_PROFILES)
 # Other spellings both accept: plain nullb is the default null_blk profile
@@ -49,7 +50,7 @@ def device_name(name: str) -> str:
 # The in-tree schedulers' tunables (queue/iosched/*) on the supported
 # kernels (block/mq-deadline.c, kyber-iosched.c, bfq-iosched.c); prism's
 # are read from the module's source (build.module_tunables), its twin's
-# from the twin's (twin.tunables: v2 had 34, v3 has fewer).
+# from the twin's (twin.tunables: v2 had 34, 3.0.0 fewer).
 IN_TREE_TUNABLES = {
     "none": (),
     "mq-deadline": ("read_expire", "write_expire", "writes_starved", "front_merges",
@@ -65,8 +66,8 @@ def scheduler_tunables(name: str) -> list[str]:
     """The tunables scheduler @name offers."""
     if name == "prism":
         return build.module_tunables()
-    if name == TWIN_SCHEDULER:
-        return twin.tunables()
+    if name in TWINS:
+        return twin.tunables(TWINS[name])
     return list(IN_TREE_TUNABLES[name])
 
 
@@ -126,28 +127,41 @@ def parse_schedulers(text: str) -> list[str]:
         raise UsageError("no scheduler named")
     if len(set(specs)) != len(specs):
         raise UsageError("a scheduler variant is named twice")
+    twin_of(specs)
     return specs
 
 
+def twin_of(specs: list[str]) -> Twin | None:
+    """The twin scheduler specs @specs run, or None. One a benchmark:
+    the guest is handed one twin module (PRISM_TWIN_KO, plan "twin_ko")
+    and a report describes one (plan "twin")."""
+    named = sorted({parse_scheduler(s)[0] for s in specs} & set(TWINS))
+    if len(named) > 1:
+        raise UsageError(f"--schedulers names {' and '.join(named)}: one twin a benchmark "
+                         "(run each against prism in a benchmark of its own)")
+    return TWINS[named[0]] if named else None
+
+
 def names_twin(specs: list[str]) -> bool:
-    """Whether scheduler specs @specs run prism's twin."""
-    return any(parse_scheduler(s)[0] == TWIN_SCHEDULER for s in specs)
+    """Whether scheduler specs @specs run one of prism's twins."""
+    return twin_of(specs) is not None
 
 
-def check_twin(args) -> None:
-    """Refuse, before any build, what the twin cannot run on: a kernel its
-    revision predates (twin.check_kernel), or a real device where nothing
-    says which twin to load (prism builds nothing for a real device's run:
-    its modules are the user's to load, or, for the twin, to name)."""
+def check_twin(args, tw: Twin) -> None:
+    """Refuse, before any build, what twin @tw cannot run on: a kernel
+    it does not build for (twin.check_kernel), or a real device where
+    nothing says which twin to load (prism builds nothing for a real
+    device's run: its modules are the user's to load, or, for the twin,
+    to name)."""
     if args.device.startswith("/"):
-        if not (Path("/sys/module") / TWIN_LOADED).exists() \
+        if not (Path("/sys/module") / tw.loaded).exists() \
                 and not os.environ.get("PRISM_TWIN_KO"):
-            raise UsageError(f"{TWIN_SCHEDULER} on a real device: load its module first, or "
-                             "set PRISM_TWIN_KO to it (prism build --twin --kernel SERIES "
-                             "builds it for a pinned kernel)")
+            raise UsageError(f"{tw.scheduler} on a real device: load its module first, or "
+                             f"set PRISM_TWIN_KO to it (prism build --twin {tw.scheduler} "
+                             "--kernel SERIES builds it for a pinned kernel)")
         return
     for k in kernels.parse_booted(args.kernel):
-        twin.check_kernel(k)
+        twin.check_kernel(k, tw)
 
 
 # --- real devices: refuse data (--force) and mounts (--allow-mounted) ---
@@ -321,9 +335,10 @@ def make_plan(args) -> dict:
             "source": source_revision()}
     if getattr(args, "boots", 1) > 1:
         plan["boots"] = args.boots
-    if names_twin(plan["schedulers"]):
+    tw = twin_of(plan["schedulers"])
+    if tw:
         # Which code the twin's name stood for, for the report.
-        plan["twin"] = twin.describe()
+        plan["twin"] = twin.describe(tw)
     if not args.device.startswith("/"):
         plan["vcpus"] = getattr(args, "cpus", 2)
         if getattr(args, "accel", "auto") == "icount":
@@ -366,8 +381,9 @@ def validate(args) -> None:
         check_real_device(args.device, args.force, args.allow_mounted)
     else:
         kernels.parse_booted(args.kernel)
-    if names_twin(parse_schedulers(args.schedulers)):
-        check_twin(args)
+    tw = twin_of(parse_schedulers(args.schedulers))
+    if tw:
+        check_twin(args, tw)
     if getattr(args, "out", None):
         check_committed(args.out, source_revision())
     # Last: a usage error is worth knowing first.
@@ -431,7 +447,8 @@ def bench_disks(plan: dict, args, rundir: Path) -> list[vm.Disk | vm.ModelDisk]:
 
 def run_in_vm(k: kernels.Kernel, plan: dict, args) -> tuple[Path, list[dict]]:
     ko = build.build(k)
-    twin_ko = twin.build_twin(k) if plan.get("twin") else None
+    twin_ko = twin.build_twin(k, twin.get(plan["twin"]["scheduler"])) \
+        if plan.get("twin") else None
     rundir = vm.new_rundir()
     plan = dict(with_database(plan), ko=str(ko))
     if twin_ko:

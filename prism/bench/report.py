@@ -3,8 +3,10 @@ and report.md.
 
 results.json schema (version 1):
   {"schema": 1, "command": str, "created": ISO time,
-   "plan": {... (bench/plan.py make_plan), "twin"? (prism's twin ran:
-            {"scheduler", "module", "rev", "commit"})},
+   "plan": {... (bench/plan.py make_plan), "twin"? (one of prism's twins
+            ran, an older release under its own name, prism-v2 or prism-v3:
+            {"scheduler", "module", "rev", "commit", "version"? (its
+            module/VERSION; since 2026-12-07)})},
    "runs": [{"kernel", "workload", "scheduler", "rep", "device",
              "device_util", "wall_s", "prism_tiers"?, "prism_flight"? (the
              in-flight control from debugfs at the run's end),
@@ -15,7 +17,7 @@ results.json schema (version 1):
                                       the ramp; the last five since
                                       2026-12-05),
              "twin_flight"?, "twin_flight_series"?, "twin_tiers"?,
-             "twin_latency"? (the same of prism-v2),
+             "twin_latency"? (the same of the twin, plan "twin"),
              "prism_cost"? (its cost model at the run's end, debugfs "cost"
                             by line: "model", "cost_ns", "learning",
                             "learned"?, each {key: value as text}),
@@ -86,7 +88,7 @@ def collect(raw: Path, kernel: str) -> list[dict]:
             run["prism_cost"] = meta["prism_cost"]
         if meta.get("prism_flight_series"):
             run["prism_flight_series"] = meta["prism_flight_series"]
-        # prism-v2's controller, for a paired look (no table reads it yet).
+        # The twin's controller, for a paired look (no table reads it yet).
         for key in ("twin_flight", "twin_flight_series", "twin_tiers", "twin_latency"):
             if meta.get(key):
                 run[key] = meta[key]
@@ -820,8 +822,9 @@ def twin_line(plan: dict) -> str:
     tw = plan.get("twin")
     if not tw:
         return ""
-    return (f"{tw['scheduler']} is prism at `{tw['commit'][:12]}` ({tw['rev']}), built as "
-            f"{tw['module']}.ko and loaded beside prism in the same boots: the paired "
+    release = f" {tw['version']}" if tw.get("version") else ""
+    return (f"{tw['scheduler']} is prism{release} at `{tw['commit'][:12]}` ({tw['rev']}), "
+            f"built as {tw['module']}.ko and loaded beside prism in the same boots: the paired "
             f"ratios compare the two repetition by repetition (vs {tw['scheduler']}). "
             "None of prism's debugfs figures are read for it (its latency histograms are on "
             "where prism's are, for the same bookkeeping, but not read).")

@@ -117,11 +117,13 @@ def sched_nr_requests(profile: str) -> int | None:
 def apply_scheduler(dev: str, spec: str, profile: str = "",
                     latency_hist: bool = False) -> None:
     """Select @spec's scheduler on @dev with its tunables; with
-    @latency_hist, prism's latency histograms on too (debugfs), and its
-    twin's (v2's tunable latency_hist), though those are not read: the two
-    are compared run by run, and each then does the same bookkeeping."""
+    @latency_hist, prism's latency histograms on too (debugfs), and a
+    twin's (v2's by its tunable latency_hist, 3.0.0's through debugfs as
+    prism's), though those are not read: the two are compared run by
+    run, and each then does the same bookkeeping."""
     name, tunables = parse_scheduler(spec)
-    if name == g.TWIN_SCHEDULER and latency_hist:
+    tw = g.twin_named(name)
+    if tw and tw.latency_tunable and latency_hist:
         tunables = {"latency_hist": 1} | tunables
     available = g.offered_schedulers(dev, name)
     if name not in available:
@@ -138,7 +140,7 @@ def apply_scheduler(dev: str, spec: str, profile: str = "",
         err = g.write_tunable(dev, key, val)
         if err:
             raise SystemExit(f"bench: {name}: {key}={val} refused ({os.strerror(err)})")
-    if name == "prism" and latency_hist:
+    if latency_hist and (name == "prism" or (tw and not tw.latency_tunable)):
         g.prism_latency_keep(dev)
 
 
@@ -153,8 +155,10 @@ def make_filesystem(device: Device) -> Path:
     return MOUNTPOINT
 
 
-# Each scheduler's cgroup weight file; the others have none.
-WEIGHT_FILES = {"prism": "io.prism.weight", "bfq": "io.bfq.weight"}
+# Each scheduler's cgroup weight file; the others have none (v2 had none;
+# 3.0.0's twin has its own, renamed: guest.system.Twin.weight_file).
+WEIGHT_FILES = {"prism": "io.prism.weight", "bfq": "io.bfq.weight",
+                **{t.scheduler: t.weight_file for t in g.TWINS.values() if t.weight_file}}
 
 
 def make_cgroups(workload, scheduler: str, dev: str) -> dict:
@@ -224,13 +228,15 @@ class RunMarks:
         self.t0 = time.monotonic()
         self.latency_hist = WORKLOADS[run["workload"]].latency_hist
         name = parse_scheduler(run["scheduler"])[0]
-        if name == "prism" and self.latency_hist:
+        tw = g.twin_named(name)
+        if self.latency_hist and (name == "prism" or (tw and not tw.latency_tunable)):
             self.latency_reset = threading.Timer(plan["ramp"], g.prism_latency_keep,
                                                  [device.name])
             self.latency_reset.start()
-        # The twin's depth controller too (v2 wrote the same keys), for a
-        # paired look at the two controllers; no report reads it yet.
-        if name in ("prism", g.TWIN_SCHEDULER):
+        # The twin's depth controller too (v2 and 3.0.0 wrote the same
+        # keys), for a paired look at the two controllers; no report reads
+        # it yet.
+        if name == "prism" or tw:
             self.sampler = threading.Thread(target=self._sample_flight,
                                             args=(device.name, plan["ramp"]), daemon=True)
             self.sampler.start()
@@ -288,9 +294,10 @@ class RunMarks:
                 meta["prism_latency"] = g.prism_latency(device.name)
             meta["prism_cost"] = g.prism_cost(device.name)
             meta["prism_flight_series"] = self.flight_series
-        elif parse_scheduler(run["scheduler"])[0] == g.TWIN_SCHEDULER:
-            # v2's debugfs files share prism's names and formats (v2
-            # wrote them first); a file it lacks is left out.
+        elif g.twin_named(parse_scheduler(run["scheduler"])[0]):
+            # A twin's debugfs files share prism's names and formats (its
+            # release wrote them first); a file it lacks, or one it
+            # wrote otherwise, is left out.
             with contextlib.suppress(OSError, ValueError):
                 meta["twin_flight"] = g.prism_flight(device.name)
             with contextlib.suppress(OSError, ValueError):
@@ -460,10 +467,11 @@ def main(argv=None) -> int:
         raise SystemExit("bench: fio not found (apt-get install fio)")
     if plan.get("ko") and not g.module_loaded():
         g.load_prism(plan["ko"])
-    if any(parse_scheduler(s)[0] == g.TWIN_SCHEDULER for s in plan["schedulers"]):
-        # Before the first run, so that a twin that will not load stops
-        # the plan before anything is measured.
-        g.load_twin(plan.get("twin_ko"))
+    for name in dict.fromkeys(parse_scheduler(s)[0] for s in plan["schedulers"]):
+        if g.twin_named(name):
+            # Before the first run, so that a twin that will not load
+            # stops the plan before anything is measured.
+            g.load_twin(name, plan.get("twin_ko"))
     g.mount_debugfs()
     device = Device(plan["profile"], plan.get("device"))
     runs = schedule(plan)

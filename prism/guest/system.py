@@ -6,6 +6,7 @@ counters."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import subprocess
@@ -36,15 +37,61 @@ MODEL_SERIALS = {"hdd": "prism-hdd", "hdd-ncq": "prism-hdd-ncq",
                  "cloud-small": "prism-cloud-small"}
 DEBUGFS = Path("/sys/kernel/debug")
 CONFIGFS = Path("/sys/kernel/config")
-# prism's twin: the module of an older revision (v2; prism/host/twin.py
-# builds it) under names of its own, loaded beside prism so that one boot
-# measures both. Its elevator name (what queue/scheduler lists and takes);
-# its module (the .ko's file name, and MODULE_ALIAS as the kernel's
-# request_module() asks for an elevator: NAME-iosched); and the name the
-# loaded module goes by (kbuild turns dashes into underscores).
-TWIN_SCHEDULER = "prism-v2"
-TWIN_MODULE = f"{TWIN_SCHEDULER}-iosched"
-TWIN_LOADED = TWIN_MODULE.replace("-", "_")
+# prism's twins: the modules of older releases under names of their own
+# (prism/host/twin.py builds them), each loaded beside prism so that one
+# boot measures both. The one table of what a twin is; everything else
+# (the host's build, the plan, the guest's loading) reads it.
+
+
+@dataclasses.dataclass(frozen=True)
+class Twin:
+    """One twin. scheduler: its elevator name (what queue/scheduler lists
+    and takes; ELV_NAME_MAX is 16 with the NUL, and a module name must
+    not hold a dot, so no "prism-3.0.0"); rev: the commit its module is
+    built from; release: which release that is, in the CHANGELOG's words;
+    series: the pinned kernels it builds for (its own release's pins);
+    weight_file: its blkcg policy's cgroup file, renamed from
+    io.prism.weight (None: the release had no policy); latency_tunable:
+    it keeps latency histograms by a tunable latency_hist (v2), not
+    through debugfs "latency" as prism does now."""
+    scheduler: str
+    rev: str
+    release: str
+    series: tuple[str, ...]
+    weight_file: str | None = None
+    latency_tunable: bool = False
+
+    @property
+    def module(self) -> str:
+        """The module: Kbuild's object, hence the .ko's file name, and
+        MODULE_ALIAS, as the kernel's request_module() asks for an
+        elevator (NAME-iosched)."""
+        return f"{self.scheduler}-iosched"
+
+    @property
+    def loaded(self) -> str:
+        """The name the loaded module goes by (kbuild turns dashes into
+        underscores): /sys/module/NAME."""
+        return self.module.replace("-", "_")
+
+
+TWINS = {t.scheduler: t for t in (
+    # v2's last commit (CHANGELOG "0.1.0 (v2)": the module as it was
+    # before v3's work began), which v3 was measured against. Its module
+    # predates the 7.x compat (init_sched() with the core's elevator_queue,
+    # depth_updated() per queue, hrtimer_setup()): 6.1 and 6.12 only.
+    Twin("prism-v2", "01b59b5", "v2 (0.1.0)", ("6.1", "6.12"), latency_tunable=True),
+    # The release commit of 3.0.0 (CHANGELOG "3.0.0 (v3)"), which v4 is
+    # measured against (issue 56). Its kernel-range is 6.1 to 7.3, the
+    # pins it was released on, which have not moved since.
+    Twin("prism-v3", "abdf007", "3.0.0 (v3)", ("6.1", "6.12", "7.3"),
+         weight_file="io.prism-v3.weight"),
+)}
+
+
+def twin_named(name: str) -> Twin | None:
+    """The twin scheduler @name stands for, or None (prism or a peer)."""
+    return TWINS.get(name)
 
 
 def sh(cmd: str, check: bool = True, timeout: float | None = None) -> subprocess.CompletedProcess:
@@ -75,20 +122,21 @@ def unload_prism() -> subprocess.CompletedProcess:
     return sh("rmmod prism_iosched", check=False)
 
 
-def load_twin(ko: str | None = None) -> None:
-    """Load prism's twin beside prism: @ko, else $PRISM_TWIN_KO (the host
-    exports it as it does PRISM_KO). A .ko of another name is refused: the
-    twin's file is named for it, so that prism's own module, or one built
-    before the rename, can never be measured as the twin."""
-    if module_loaded(TWIN_LOADED):
+def load_twin(name: str, ko: str | None = None) -> None:
+    """Load prism's twin @name beside prism: @ko, else $PRISM_TWIN_KO (the
+    host exports it as it does PRISM_KO; one twin a boot). A .ko of
+    another name is refused: the twin's file is named for it, so that
+    prism's own module, another twin's, or one built before the rename,
+    can never be measured as this twin."""
+    tw = TWINS[name]
+    if module_loaded(tw.loaded):
         return
     ko = ko or os.environ.get("PRISM_TWIN_KO")
     if not ko:
-        raise RuntimeError(f"PRISM_TWIN_KO is not set: which {TWIN_MODULE}.ko to load "
-                           f"for {TWIN_SCHEDULER}?")
-    if Path(ko).name != f"{TWIN_MODULE}.ko":
-        raise RuntimeError(f"{ko} is not {TWIN_MODULE}.ko: not loading it as "
-                           f"{TWIN_SCHEDULER}")
+        raise RuntimeError(f"PRISM_TWIN_KO is not set: which {tw.module}.ko to load "
+                           f"for {name}?")
+    if Path(ko).name != f"{tw.module}.ko":
+        raise RuntimeError(f"{ko} is not {tw.module}.ko: not loading it as {name}")
     sh(f"insmod {ko}")
 
 
@@ -191,9 +239,9 @@ def offered_schedulers(dev: str, sched: str) -> list[str]:
     if sched not in available and sched in SCHEDULER_MODULES:
         sh(f"modprobe {SCHEDULER_MODULES[sched]}", check=False)
         available = schedulers(dev)[0]
-    elif sched not in available and sched == TWIN_SCHEDULER:
+    elif sched not in available and sched in TWINS:
         # Not installed anywhere modprobe looks: the host's build, by path.
-        load_twin()
+        load_twin(sched)
         available = schedulers(dev)[0]
     return available
 

@@ -2,7 +2,7 @@
 supported kernels and fetches them, debugkernel.py builds a pin's own
 source with lockdep, KASAN and kmemleak (the debug kernel, once per
 release), build.py builds prism-iosched.ko against one, twin.py builds
-an older revision of it (v2) under names of its own, to load beside it;
+an older release of it (v2, 3.0.0) under names of its own, to load beside it;
 vm.py boots a kernel under QEMU with virtme-ng (attaching disks and the
 emulated drives' NBD servers, and running a command of the guest side in
 it), klog.py reads the guest's kernel log for problem reports;

@@ -50,7 +50,7 @@ def plugin() -> Path:
 def run(k: kernels.Kernel, ko: Path, schedulers: list[str], ios: int, jobs: int,
         rundir: Path, timeout: float, twin_ko: Path | None = None) -> vm.VmResult:
     """Boot @k once and profile each scheduler in turn (@twin_ko: prism's
-    twin's module, for prism-v2)."""
+    twin's module, for prism-v2 or prism-v3)."""
     cmd = f"python3 -m prism.guest.insnprof --ios {ios} --jobs {jobs} " + " ".join(schedulers)
     return vm.run(k, cmd, ko=ko, twin_ko=twin_ko, cpus=1, accel="icount", timeout=timeout,
                   rundir=rundir, plugin=plugin())
