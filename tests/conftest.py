@@ -84,3 +84,19 @@ def dkms_package(tmp_path_factory, request):
     yield pkg
     left = dkmstool.purge_package(pkg)
     assert not left, f"apt-get purge prism-iosched-dkms left: {left}"
+
+
+@pytest.fixture
+def nothing_boots(monkeypatch):
+    """Any build or boot fails the test: a usage error, or prism selftest
+    --list, must come first (tests/test_cli.py, tests/test_checks.py)."""
+    from prism import cli
+    from prism.bench import plan
+    from prism.host import build, vm
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("built or booted before the arguments were checked")
+    for mod, name in ((build, "build"), (vm, "run"), (plan, "run_on_device"),
+                      (plan, "run_in_vm"), (cli.blktests, "prepare"), (cli.insnprof, "run"),
+                      (cli.twin, "build_twin")):
+        monkeypatch.setattr(mod, name, refuse)

@@ -11,6 +11,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import recorded
 
 from prism.bench import plan as bench
 from prism.bench import report
@@ -276,14 +277,7 @@ def test_flows_greedy_isolates_every_light_process_and_shares_equally():
 def test_report_from_recorded_run(tmp_path):
     # Two runs built from the recorded one: a baseline and the mix.
     raw = tmp_path / "raw"
-    metas = []
-    for i, (w, s) in enumerate([("database_alone", "prism"), ("database_backup", "prism")]):
-        d = raw / f"{i:03d}-{w}-{s}-r0"
-        shutil.copytree(DATA, d)
-        meta = json.loads((d / "meta.json").read_text())
-        meta.update(workload=w, scheduler=s, rep=0, dir=d.name)
-        metas.append(meta)
-    (raw / "manifest.json").write_text(json.dumps({"plan": {}, "runs": metas}))
+    recorded.raw_runs(raw, {})
     runs = report.collect(raw, "6.12")
     plan = {"profile": "nullb-ssd", "reps": 1, "runtime": 3, "ramp": 1,
             "workloads": ["database_alone", "database_backup"], "schedulers": ["prism"],
@@ -321,16 +315,9 @@ def test_report_is_rebuilt_from_its_raw_runs(tmp_path):
     (a run that failed part way) the plan comes from the manifest."""
     out = tmp_path / "out"
     raw = out / "raw" / "6.12"
-    metas = []
-    for i, (w, s) in enumerate([("database_alone", "prism"), ("database_backup", "prism")]):
-        d = raw / f"{i:03d}-{w}-{s}-r0"
-        shutil.copytree(DATA, d)
-        meta = json.loads((d / "meta.json").read_text())
-        meta.update(workload=w, scheduler=s, rep=0, dir=d.name)
-        metas.append(meta)
     plan = {"profile": "nullb-ssd", "reps": 1, "runtime": 3, "ramp": 1,
             "workloads": ["database_alone", "database_backup"], "schedulers": ["prism"]}
-    (raw / "manifest.json").write_text(json.dumps({"plan": plan, "runs": metas}))
+    recorded.raw_runs(raw, plan)
     report.write_all(out, "prism bench run original", plan, report.collect(raw, "6.12"))
     first = (out / "report.md").read_text()
     (out / "report.md").unlink()

@@ -9,6 +9,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+import recorded
 
 from prism import cli
 from prism.bench import plan
@@ -16,42 +17,22 @@ from prism.guest import selftest
 from prism.host import build, kernels, vm
 
 REPO = Path(__file__).resolve().parent.parent
-FIO_RUN = REPO / "tests" / "data" / "fio-run"
 
 
 def recorded_report(where: Path) -> Path:
     """A report directory as prism bench run leaves it (results.json,
     report.md, plots, raw.tar.xz), from the recorded fio run as baseline
     and mix."""
-    import json
-
     from prism.bench import plan as bench
     from prism.bench import report
     rep = where / "report"
     raw = rep / "raw" / "6.12"
-    metas = []
-    for i, (w, s) in enumerate([("database_alone", "prism"), ("database_backup", "prism")]):
-        d = raw / f"{i:03d}-{w}-{s}-r0"
-        shutil.copytree(FIO_RUN, d)
-        meta = json.loads((d / "meta.json").read_text())
-        meta.update(workload=w, scheduler=s, rep=0, dir=d.name)
-        metas.append(meta)
     plan = {"profile": "nullb-ssd", "reps": 1, "runtime": 3, "ramp": 1,
             "workloads": ["database_alone", "database_backup"], "schedulers": ["prism"]}
-    (raw / "manifest.json").write_text(json.dumps({"plan": plan, "runs": metas}))
+    recorded.raw_runs(raw, plan)
     report.write_all(rep, "prism bench run recorded", plan, report.collect(raw, "6.12"))
     bench.archive_raw(rep)
     return rep
-
-
-@pytest.fixture
-def nothing_runs(monkeypatch):
-    """Any build or boot fails the test: a usage error must come first."""
-    def refuse(*args, **kwargs):
-        raise AssertionError("built or booted before the arguments were checked")
-    monkeypatch.setattr(build, "build", refuse)
-    monkeypatch.setattr(vm, "run", refuse)
-    monkeypatch.setattr(plan, "run_on_device", refuse)
 
 
 @pytest.mark.skipif(not shutil.which("fio"), reason="plan.validate needs fio")
@@ -64,7 +45,7 @@ def nothing_runs(monkeypatch):
     ["demo", "--device", "/dev/prism-nonexistent"],
     ["demo", "--kernel", "5.4"],
 ])
-def test_a_usage_error_exits_2_and_leaves_no_directory(argv, tmp_path, nothing_runs, capsys):
+def test_a_usage_error_exits_2_and_leaves_no_directory(argv, tmp_path, nothing_boots, capsys):
     out = tmp_path / "report"
     assert cli.main(argv + ["--out", str(out)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -87,7 +68,7 @@ def test_disk_serve_refuses_a_path_in_no_directory(tmp_path, capsys):
     assert "--socket" in capsys.readouterr().err and not backing.exists()
 
 
-def test_icount_with_an_emulated_drive_is_refused_before_the_build(nothing_runs, capsys):
+def test_icount_with_an_emulated_drive_is_refused_before_the_build(nothing_boots, capsys):
     assert cli.main(["vm", "--accel", "icount", "--device", "hdd", "--", "true"]) == 2
     assert "--accel icount" in capsys.readouterr().err
 
@@ -220,17 +201,6 @@ def test_disk_params_say_which_megabyte(capsys):
 
 
 # --- usage errors before any build or boot (issue 58) ----------------------
-
-@pytest.fixture
-def nothing_boots(monkeypatch):
-    """nothing_runs, and blktests' build and the profile's boot too."""
-    def refuse(*args, **kwargs):
-        raise AssertionError("built or booted before the arguments were checked")
-    for mod, name in ((build, "build"), (vm, "run"), (plan, "run_on_device"),
-                      (plan, "run_in_vm"), (cli.blktests, "prepare"), (cli.insnprof, "run"),
-                      (cli.twin, "build_twin")):
-        monkeypatch.setattr(mod, name, refuse)
-
 
 @pytest.mark.parametrize("argv, said", [
     (["bench", "run", "--workload", "database_backup", "--device", "hdd",
