@@ -142,7 +142,8 @@ LATENCY_FIGURES = ("p50_us", "p95_us", "p99_us", "p99_9_us", "lat_mean_us", "cla
 
 
 def _alone(runs: list[dict], kernel: str, baseline: str, metric: str) -> dict:
-    """{(scheduler, job): [figure per repetition]} of a baseline workload."""
+    """{(scheduler, job): geometric mean of the figure over the
+    repetitions} of a baseline workload."""
     out: dict[tuple[str, str], list[float]] = {}
     for b in runs:
         if (b["kernel"], b["workload"]) != (kernel, baseline):
@@ -150,7 +151,8 @@ def _alone(runs: list[dict], kernel: str, baseline: str, metric: str) -> dict:
         for j in b["jobs"]:
             if j.get(metric) is not None:
                 out.setdefault((b["scheduler"], j["job"]), []).append(j[metric])
-    return out
+    means = {k: stats.summarize(v, geometric=True)["mean"] for k, v in out.items()}
+    return {k: m for k, m in means.items() if m}
 
 
 def add_isolation(runs: list[dict]) -> dict:
@@ -164,20 +166,24 @@ def add_isolation(runs: list[dict]) -> dict:
     Baselines are geometric means over the repetitions. Returns the
     common baselines, {"kernel workload job": {"scheduler", "value"}}."""
     baselines: dict[str, dict] = {}
+    alones: dict[tuple[str, str, str], dict] = {}
     for r in runs:
         w = WORKLOADS.get(r["workload"])
         if not w or not w.baseline:
             continue
-        alone = _alone(runs, r["kernel"], w.baseline, w.metric)
+        key = (r["kernel"], w.baseline, w.metric)
+        if key not in alones:
+            alones[key] = _alone(runs, *key)
+        alone = alones[key]
         for j in r["jobs"]:
-            own = stats.summarize(alone.get((r["scheduler"], j["job"]), []),
-                                  geometric=True)["mean"]
-            if own and j.get(w.metric):
+            if not j.get(w.metric):
+                continue
+            own = alone.get((r["scheduler"], j["job"]))
+            if own:
                 j["isolation_ratio"] = j[w.metric] / own
-            best = min(((stats.summarize(v, geometric=True)["mean"], s)
-                        for (s, job), v in alone.items() if job == j["job"] and v),
-                       default=None, key=lambda t: t[0] or math.inf)
-            if best and best[0] and j.get(w.metric):
+            best = min(((m, s) for (s, job), m in alone.items() if job == j["job"]),
+                       default=None, key=lambda t: t[0])
+            if best:
                 j["common_ratio"] = j[w.metric] / best[0]
                 baselines[f"{r['kernel']} {r['workload']} {j['job']}"] = {
                     "scheduler": best[1], "value": best[0], "metric": w.metric}
@@ -1490,10 +1496,10 @@ def write_all(out: Path, command: str, plan: dict, runs: list[dict]) -> list[dic
            "plan": plan, "runs": [slim(r) for r in runs], "summaries": summaries,
            "paired": [p for k in kernels_ for p in paired_ratios(runs, k)],
            **extra,
-           "dominance": {f"{k} {wl}": dominance(tradeoff_points(runs, summaries, k, wl))
+           "dominance": {f"{k} {wl}": dominance(points)
                          for k in kernels_
                          for wl in dict.fromkeys(r["workload"] for r in runs)
-                         if tradeoff_points(runs, summaries, k, wl)}}
+                         if (points := tradeoff_points(runs, summaries, k, wl))}}
     (out / "results.json").write_text(json.dumps(doc, indent=1))
     write_csv(out / "results.csv", runs)
     images = plots(out, runs, summaries)
