@@ -449,6 +449,7 @@ static void prism_flow_view(struct prism_flow *fl, struct prism_tier_view *v)
 						queuelist);
 		v->dir[d].oldest = head ? head->fifo_time : 0;
 	}
+	v->random = !prism_stream_seq(&fl->stream);
 }
 
 /*

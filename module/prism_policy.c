@@ -484,7 +484,8 @@ bool prism_choose(const struct prism_tier_view view[PRISM_NR_TIERS],
  * mq-deadline's rules: reads and sync writes are what someone waits
  * for, so of the two the older head goes first, and background writes
  * only once passed over writes_starved times; from the FIFO head if it
- * has expired.
+ * has expired, or if the flow's reads are random (@fv->random: arrival
+ * order, as none and kyber dispatch them).
  */
 void prism_choose_in_flow(const struct prism_tier_view *fv,
 			  struct prism_batch *b, const struct prism_tunables *t,
@@ -509,7 +510,8 @@ void prism_choose_in_flow(const struct prism_tier_view *fv,
 	c->dir = dir;
 	c->expired = prism_time_after_eq(now, fv->dir[dir].oldest +
 					 t->fifo_expire[dir]);
-	c->take = prism_take_for(dir, c->expired);
+	c->take = fv->random && dir == PRISM_READ ? PRISM_TAKE_FIFO :
+		  prism_take_for(dir, c->expired);
 	if (c->shared)
 		return;
 	b->tier = c->tier;

@@ -210,6 +210,14 @@ struct prism_tier_view {
 	 * past it, the flow still competes for the next turn.
 	 */
 	bool flow_waits;
+	/*
+	 * For a flow's view: its stream counts as random (prism_stream_seq()
+	 * says no). On a disk its reads go in arrival order, not in sector
+	 * order: a few random reads spread over the flow's area save little
+	 * seek by being sorted, and the one behind the sweep waits for the
+	 * others, again and again while new ones land ahead of it.
+	 */
+	bool random;
 };
 
 /* What the device holds, for the in-flight control of lower tiers. */
@@ -422,6 +430,12 @@ static inline bool prism_stream_update(struct prism_stream *s, u64 pos,
 		s->score = s->score >= 2 ? s->score - 2 : 0;
 	}
 	s->last_end = pos + sectors;
+	return s->score >= PRISM_SEQ_THRESHOLD;
+}
+
+/* Whether the stream counts as sequential now. */
+static inline bool prism_stream_seq(const struct prism_stream *s)
+{
 	return s->score >= PRISM_SEQ_THRESHOLD;
 }
 

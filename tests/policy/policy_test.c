@@ -277,6 +277,28 @@ TEST(batch_continues_up_to_fifo_batch)
 	CHECK_EQ(b.count, 1);
 }
 
+TEST(random_reads_go_in_arrival_order)
+{
+	CHOOSE_SETUP;
+	/* A sequential flow's reads, and any flow's writes, in sort order. */
+	view_set(v, PRISM_NORMAL, PRISM_READ, 3, 10);
+	CHECK(choose(v, &b, &t, 20, &c));
+	CHECK_EQ(c.take, PRISM_TAKE_NEXT);
+	/* A random flow's reads from the FIFO head, though not expired. */
+	prism_batch_reset(&b);
+	v[PRISM_NORMAL].random = true;
+	CHECK(choose(v, &b, &t, 20, &c));
+	CHECK_EQ(c.dir, PRISM_READ);
+	CHECK_EQ(c.take, PRISM_TAKE_FIFO);
+	CHECK(!c.expired);
+	prism_batch_reset(&b);
+	view_set(v, PRISM_NORMAL, PRISM_READ, 0, 0);
+	view_set(v, PRISM_NORMAL, PRISM_WRITE, 3, 10);
+	CHECK(choose(v, &b, &t, 20, &c));
+	CHECK_EQ(c.dir, PRISM_WRITE);
+	CHECK_EQ(c.take, PRISM_TAKE_NEXT);
+}
+
 TEST(higher_tier_breaks_a_batch)
 {
 	CHOOSE_SETUP;
