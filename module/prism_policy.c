@@ -510,8 +510,7 @@ void prism_choose_in_flow(const struct prism_tier_view *fv,
 	c->dir = dir;
 	c->expired = prism_time_after_eq(now, fv->dir[dir].oldest +
 					 t->fifo_expire[dir]);
-	c->take = fv->random && dir == PRISM_READ ? PRISM_TAKE_FIFO :
-		  prism_take_for(dir, c->expired);
+	c->take = prism_take_for(dir, c->expired, fv->random);
 	if (c->shared)
 		return;
 	b->tier = c->tier;

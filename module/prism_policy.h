@@ -411,6 +411,12 @@ static inline void prism_note_dispatch(struct prism_batch *b,
 		b->count = t->fifo_batch;
 }
 
+/* Whether the stream counts as sequential now. */
+static inline bool prism_stream_seq(const struct prism_stream *s)
+{
+	return s->score >= PRISM_SEQ_THRESHOLD;
+}
+
 /*
  * Feed one request of @sectors at @pos into a flow's detector @s (zeroed
  * when the flow is made); returns whether the flow now counts as
@@ -430,13 +436,7 @@ static inline bool prism_stream_update(struct prism_stream *s, u64 pos,
 		s->score = s->score >= 2 ? s->score - 2 : 0;
 	}
 	s->last_end = pos + sectors;
-	return s->score >= PRISM_SEQ_THRESHOLD;
-}
-
-/* Whether the stream counts as sequential now. */
-static inline bool prism_stream_seq(const struct prism_stream *s)
-{
-	return s->score >= PRISM_SEQ_THRESHOLD;
+	return prism_stream_seq(s);
 }
 
 u32 prism_tier_depth(enum prism_tier tier, u32 nr_requests,
@@ -1245,12 +1245,15 @@ static inline void prism_account(struct prism_batch *b,
  * How to take from FIFO list @dir: next in sort order, unless the head has
  * expired; sync writes always in arrival order, since they are few, small
  * and each the link of a chain someone waits on, and the sort tree holds
- * background writes too.
+ * background writes too; reads in arrival order too where the flow's
+ * stream is @random (see prism_tier_view.random).
  */
-static inline enum prism_take prism_take_for(int dir, bool expired)
+static inline enum prism_take prism_take_for(int dir, bool expired,
+					     bool random)
 {
-	return expired || dir == PRISM_SYNC_WRITE ? PRISM_TAKE_FIFO :
-						    PRISM_TAKE_NEXT;
+	return expired || dir == PRISM_SYNC_WRITE ||
+	       (random && dir == PRISM_READ) ? PRISM_TAKE_FIFO :
+					       PRISM_TAKE_NEXT;
 }
 
 /* A choice in a tier's own right: not aged, not a share, not expired. */
@@ -1277,7 +1280,8 @@ static inline bool prism_choose_batch(struct prism_batch *b,
 	c->tier = b->tier;
 	c->flow = b->flow;
 	c->dir = b->dir;
-	c->take = prism_take_for(b->dir, false);
+	/* On a disk a batch goes on only in a sequential stream. */
+	c->take = prism_take_for(b->dir, false, false);
 	prism_choice_plain(c);
 	c->batch = true;
 	b->count++;
