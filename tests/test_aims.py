@@ -112,6 +112,37 @@ def test_verdicts_from_recorded_reports(tmp_path):
     assert f"a module before {version}" in table[-1] and f"{version}'s module" in table[-1]
 
 
+def test_a_floor_on_work_fails_in_a_starved_repetition(tmp_path):
+    """bw_kib at least 1 KiB/s holds on the mean of five repetitions of the
+    SSD's backup, and fails once it completed nothing in one of them (the
+    fsync aim's BE7 writer, starved in 4 of 5 with a mean of 41 KiB/s)."""
+    plan = aims.tomllib.loads(PLAN + """
+[[aim]]
+id = "ssd-moves"
+aim = "the backup moves"
+run = "ssd"
+[[aim.checks]]
+figure = "bw_kib"
+workload = "database_backup"
+job = "backup_sim"
+scheduler = "prism"
+at_least = 1.0
+""")
+    results = tmp_path / "results"
+    _report(results, "ssd-6.12", "ssd-model-v3-6.12", aims.release_commit()[:12])
+    assert {r["id"]: r for r in aims.verdicts(plan, results)}["ssd-moves"]["verdict"] == "met"
+    path = results / "ssd-6.12" / "results.json"
+    doc = json.loads(path.read_text())
+    run = next(r for r in doc["runs"] if r["scheduler"] == "prism"
+               and r["workload"] == "database_backup")
+    job = next(j for j in run["jobs"] if j["job"] == "backup_sim")
+    job["ios"] = 0
+    path.write_text(json.dumps(doc))
+    row = {r["id"]: r for r in aims.verdicts(plan, results)}["ssd-moves"]
+    assert row["verdict"] == "not met"
+    assert row["figures"][0].endswith("but starved in 1 of 5 repetitions")
+
+
 def test_a_report_from_uncommitted_source_backs_no_aim(tmp_path):
     plan = aims.tomllib.loads(PLAN)
     results = tmp_path / "results"
