@@ -1,7 +1,7 @@
 """prism: the one command-line entry point.
 
-  prism fetch --kernel 6.12         install image+headers, extract block/ from source
-                                    (7.3: a trixie build root, the image extracted)
+  prism fetch --kernel 6.12         its release's build root (headers, linux-source),
+                                    the image extracted, block/ into the cache
   prism build --kernel 6.12         build prism-iosched.ko against it (--twin NAME: and
                                     a release's module beside it, prism-v2-iosched.ko or
                                     prism-v3-iosched.ko); --kernel build-only: the
@@ -152,8 +152,7 @@ def cmd_kernels_list(args) -> int:
             where = f"headers extracted into the {k.release} build-only root"
             booted = "build-only: built, never booted"
         else:
-            where = (f"built in the {k.root} root, booted from the extracted image"
-                     if k.root else "installed with the host's apt")
+            where = f"built in the {k.root} root, booted from the extracted image"
             booted = ("booted by the test suite" if k.vm_tested
                       else "NOT booted by the test suite")
         print(f"{k.name:<10} {k.abi} ({k.version}, {k.release}): {where}; {booted}")
@@ -665,7 +664,9 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--version", action="version", version=f"prism {__version__}")
     sub = ap.add_subparsers(dest="cmd", metavar="COMMAND", required=True)
 
-    p = sub.add_parser("fetch", help="install a pinned kernel and extract its block/ headers")
+    p = sub.add_parser("fetch", help="make a pinned kernel buildable and bootable in the "
+                       "cache (its build root, its image extracted, block/): nothing "
+                       "installed on the host")
     p.add_argument("--kernel", default="6.12",
                    help="6.1, 6.12 (default), 7.3, a comma list, all (the tested set), "
                         "build-only (kernels built, never booted: prism kernels list) "

@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # Install everything prism needs on a fresh Debian 12 machine (as root):
 # QEMU and virtme-ng to boot test kernels, fio, the toolchain bits Kbuild
-# uses, the pinned kernels (image + headers with apt, block/ from the
-# matching linux-source into the cache), and this Python package.
-# A pinned kernel of a newer Debian release (7.3 from trixie-backports)
-# gets a build root made with mmdebstrap and its image extracted from the
-# .deb, both in ~/.cache/prism-7x ($PRISM_ROOTS), outside the repository
-# and shared by every PRISM_CACHE (prism/host/kernels.py says how).
+# uses, mmdebstrap, the packaging tools, PostgreSQL's binaries (no
+# cluster), and this Python package; then the pinned kernels, each in a
+# build root of its Debian release made with mmdebstrap (headers and
+# linux-source installed there) with its image extracted from the .deb,
+# all in ~/.cache/prism-7x ($PRISM_ROOTS), outside the repository and
+# shared by every PRISM_CACHE (prism/host/kernels.py says how).
+# No kernel is installed on the host: /boot, GRUB's default and
+# /lib/modules stay as they were (tests/test_harness.py checks the
+# kernel step).
 # Safe to run again: what is there already is kept.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -70,16 +70,15 @@ def pytest_generate_tests(metafunc):
 
 @pytest.fixture(scope="session")
 def dkms_package(tmp_path_factory, request):
-    """prism-iosched-dkms built, apt-installed and DKMS-built for the
-    host's pinned kernels (kernels.host_kernels()), and in the build root
-    of each root kernel the session boots (7.3: dkmstool.install_in_root()),
-    once a session (dkmstool.install_package()):
+    """prism-iosched-dkms built, apt-installed on the host, and installed
+    and DKMS-built in the build root of each kernel the session boots
+    (dkmstool.install_in_root()), once a session (dkmstool.install_package()):
     tests/test_deb.py checks each step, and each main boot autoloads the
     module it installed (test_vm.py), so no boot builds its own (about
     50 s a kernel). Purged when the session ends; anything it leaves
     behind fails the session there."""
     booted = [] if request.config.getoption("--no-vm") else request.config.prism_kernels
-    roots = [kernels.get(s) for s in booted if kernels.get(s).root]
+    roots = [kernels.get(s) for s in booted]
     pkg = dkmstool.install_package(tmp_path_factory.mktemp("deb"), roots)
     yield pkg
     left = dkmstool.purge_package(pkg)

@@ -1,9 +1,11 @@
 """DKMS as the tests drive it: the module's source copied into a private
-source tree, DKMS's own tree private too, the block/ headers taken from
-the cached linux-source .debs (module/find-block-dir.sh). Only the install
-step may reach the real module tree, when no install tree is given. And
-the Debian package as a machine gets it, installed once a session
-(install_package(), conftest.py's dkms_package fixture)."""
+source tree, DKMS's own tree private too, run in the build root of the
+kernel it builds for (whose headers and linux-source are installed
+there, as on a machine of its release: kernels.py), so that nothing of
+it reaches the host. Only the install step may reach the kernel's module
+tree (the root's), when no install tree is given. And the Debian package
+as a machine gets it, installed once a session (install_package(),
+conftest.py's dkms_package fixture)."""
 
 import dataclasses
 import os
@@ -17,44 +19,55 @@ REPO = Path(__file__).resolve().parent.parent
 MODULE = REPO / "module"
 VERSION = (MODULE / "VERSION").read_text().strip()
 
-
-def trees(tmp: Path) -> list[str]:
-    return ["--sourcetree", str(tmp / "src"), "--dkmstree", str(tmp / "tree")]
-
-
-def dkms(tmp: Path, step: list[str]) -> subprocess.CompletedProcess:
-    """Run `dkms STEP...` on prism-iosched in @tmp's private trees."""
-    env = dict(os.environ, PRISM_SOURCE_DIR=str(kernels.cache_dir() / "debs"))
-    cmd = ["dkms", step[0], "-m", "prism-iosched", "-v", VERSION] + step[1:] + trees(tmp)
-    return subprocess.run(cmd, capture_output=True, text=True, env=env)
+# Where a build root sees a test's private DKMS directory (a bind mount).
+ROOT_DKMS = "/prism/dkms"
 
 
-def add(tmp: Path, kernel_range: tuple[str, str] | None = None) -> None:
-    """Copy the source into @tmp and dkms add it; @kernel_range: the
-    (oldest, newest) series its kernel-range names instead of the real ones."""
+def inside(tmp: Path, path: Path) -> str:
+    """@path, under @tmp, as the build root sees it."""
+    return f"{ROOT_DKMS}/{path.relative_to(tmp)}"
+
+
+def dkms(tmp: Path, k: kernels.Kernel, step: list[str],
+         env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """Run `dkms STEP...` on prism-iosched in @tmp's private trees, in
+    @k's build root, with @env (the root's environment is otherwise clean)."""
+    kernels.fetch(k)
+    cmd = (["env"] + [f"{key}={val}" for key, val in (env or {}).items()]
+           + ["dkms", step[0], "-m", "prism-iosched", "-v", VERSION] + step[1:]
+           + ["--sourcetree", inside(tmp, tmp / "src"),
+              "--dkmstree", inside(tmp, tmp / "tree")])
+    return subprocess.run(build.root_command(k, cmd, {tmp: ROOT_DKMS}),
+                          capture_output=True, text=True)
+
+
+def add(tmp: Path, k: kernels.Kernel, kernel_range: tuple[str, str] | None = None) -> None:
+    """Copy the source into @tmp and dkms add it (in @k's root); @kernel_range:
+    the (oldest, newest) series its kernel-range names instead of the real ones."""
     src = tmp / "src" / f"prism-iosched-{VERSION}"
     shutil.copytree(MODULE, src, ignore=shutil.ignore_patterns("*.o", "*.ko", ".*"))
     if kernel_range:
         (src / "kernel-range").write_text("PRISM_OLDEST_SERIES={}\nPRISM_NEWEST_SERIES={}\n"
                                           .format(*kernel_range))
     (tmp / "tree").mkdir(exist_ok=True)
-    r = dkms(tmp, ["add"])
+    r = dkms(tmp, k, ["add"])
     assert r.returncode == 0, (r.stdout[-2000:], r.stderr[-2000:])
 
 
-def build_install(tmp: Path, k: kernels.Kernel, installtree: Path | None = None) -> None:
-    """dkms build and install the added source for @k: into
-    @installtree, or the kernel's own module tree (depmod run)."""
-    install = ["--installtree", str(installtree)] if installtree else []
-    for step in (["build", "-k", k.abi], ["install", "-k", k.abi] + install):
-        r = dkms(tmp, step)
+def build_install(tmp: Path, k: kernels.Kernel, installtree: Path,
+                  env: dict[str, str] | None = None) -> None:
+    """dkms build and install the added source for @k into @installtree
+    (under @tmp; depmod run there)."""
+    for step in (["build", "-k", k.abi],
+                 ["install", "-k", k.abi, "--installtree", inside(tmp, installtree)]):
+        r = dkms(tmp, k, step, env)
         assert r.returncode == 0, (step, r.stdout[-2000:], r.stderr[-2000:])
 
 
-def add_build_install(tmp: Path, k: kernels.Kernel, installtree: Path | None = None) -> None:
+def add_build_install(tmp: Path, k: kernels.Kernel, installtree: Path) -> None:
     """Copy the source into @tmp and dkms add, build and install it for
-    @k: into @installtree, or the kernel's own module tree (depmod run)."""
-    add(tmp)
+    @k into @installtree (under @tmp)."""
+    add(tmp, k)
     build_install(tmp, k, installtree)
 
 
@@ -93,12 +106,11 @@ BUILD_TOOLS = ("dpkg-buildpackage", "dh_dkms", "lintian")
 
 
 def install_package(out: Path, root_kernels: list[kernels.Kernel] = ()) -> Package:
-    """Build the .deb into @out, apt-install it (DKMS builds what it can
-    at once), then have DKMS build and install it for every pinned kernel
-    the host's apt installs (kernels.host_kernels()) from the cached
-    linux-source .debs, and in the build root of each of @root_kernels
-    (install_in_root()). Stops at the first failure, which the Package
-    records; never raises for one."""
+    """Build the .deb into @out, apt-install it on the host (DKMS builds
+    what it can at once: nothing, on a host with no kernel headers), then
+    install it in the build root of each of @root_kernels, where DKMS
+    builds and installs it for that kernel (install_in_root()). Stops at
+    the first failure, which the Package records; never raises for one."""
     pkg = Package()
     missing = [t for t in BUILD_TOOLS + ("apt-get", "dkms") if not shutil.which(t)]
     if missing:
@@ -114,7 +126,7 @@ def install_package(out: Path, root_kernels: list[kernels.Kernel] = ()) -> Packa
     if os.geteuid() != 0:
         pkg.why_not = "installing a package needs root"
         return pkg
-    if package_installed() or any(installed_kos(k) for k in kernels.host_kernels()):
+    if package_installed():
         pkg.why_not = "prism-iosched is installed on this machine: not touching it"
         return pkg
     pkg.install = subprocess.run(["apt-get", "install", "-y", "-q", "--no-install-recommends",
@@ -122,14 +134,10 @@ def install_package(out: Path, root_kernels: list[kernels.Kernel] = ()) -> Packa
     if pkg.install.returncode != 0:
         pkg.why_not = "apt-get install failed (tests/test_deb.py shows why)"
         return pkg
-    env = dict(APT_ENV, PRISM_SOURCE_DIR=str(kernels.cache_dir() / "debs"))
-    for k in kernels.host_kernels():
-        kernels.fetch(k)
-        pkg.dkms[k.abi] = subprocess.run(["dkms", "install", f"prism-iosched/{VERSION}",
-                                          "-k", k.abi], capture_output=True, text=True, env=env)
-    for k in root_kernels:
-        pkg.dkms[k.abi] = install_in_root(k, pkg.deb)
-        pkg.roots.append(k)
+    for release in dict.fromkeys(k.root for k in root_kernels):
+        ks = [k for k in root_kernels if k.root == release]
+        pkg.dkms.update(install_in_root(ks, pkg.deb))
+        pkg.roots += ks
     return pkg
 
 
@@ -137,22 +145,35 @@ def install_package(out: Path, root_kernels: list[kernels.Kernel] = ()) -> Packa
 ROOT_DEB_DIR = "/prism/deb"
 
 
-def install_in_root(k: kernels.Kernel, deb: Path) -> subprocess.CompletedProcess:
-    """The package as a machine of @k's release gets it: dpkg -i in @k's
+def install_in_root(ks: list[kernels.Kernel], deb: Path) -> dict[str, subprocess.CompletedProcess]:
+    """The package as a machine of @ks's release gets it: dpkg -i in their
     build root (its dependencies, dkms among them, are the root's;
-    kernels.ROOT_TOOLS), DKMS building it there for @k from the root's
-    own linux-source, as on that machine (the host's userspace cannot run
-    @k's kbuild). What DKMS installed is copied into the module tree
-    beside @k's image, where the guest finds it, and depmod run there, so
-    that writing "prism" in the guest loads it."""
-    kernels.fetch(k)
+    kernels.ROOT_TOOLS), whose postinst has DKMS build for the newest of
+    them, then DKMS building it there for each kernel of @ks from the
+    root's own linux-source, as on that machine. What DKMS installed is
+    copied into the module tree beside each kernel's image, where the
+    guest finds it, and depmod run there, so that writing "prism" in the
+    guest loads it. What each kernel's steps printed, by ABI."""
+    for k in ks:
+        kernels.fetch(k)
     script = (f"dpkg --purge prism-iosched-dkms >/dev/null 2>&1 || true; "
-              f"dpkg -i {ROOT_DEB_DIR}/{deb.name} && "
-              f"dkms install prism-iosched/{VERSION} -k {k.abi}")
-    r = subprocess.run(build.root_command(k, ["sh", "-c", script], {deb.parent: ROOT_DEB_DIR}),
+              f"dpkg -i {ROOT_DEB_DIR}/{deb.name}")
+    r = subprocess.run(build.root_command(ks[0], ["sh", "-c", script], {deb.parent: ROOT_DEB_DIR}),
                        capture_output=True, text=True)
     if r.returncode:
-        return r
+        return {k.abi: r for k in ks}
+    done = {}
+    for k in ks:
+        r = subprocess.run(build.root_command(k, ["dkms", "install", f"prism-iosched/{VERSION}",
+                                                  "-k", k.abi], {}),
+                           capture_output=True, text=True)
+        done[k.abi] = r if r.returncode else _copy_out(k, r)
+    return done
+
+
+def _copy_out(k: kernels.Kernel, r: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
+    """What DKMS installed for @k in its root, copied beside its image and
+    depmod run there; @r with what that printed, or failed."""
     kos = list((kernels.build_root(k) / "lib" / "modules" / k.abi / "updates" / "dkms")
                .glob("prism-iosched.ko*"))
     if not kos:
@@ -168,19 +189,20 @@ def install_in_root(k: kernels.Kernel, deb: Path) -> subprocess.CompletedProcess
                                        r.stderr + dep.stderr)
 
 
-def purge_from_root(k: kernels.Kernel) -> list[str]:
-    """Undo install_in_root(): purge the package in the root (DKMS
-    removes its module there), drop the copy beside the image; what is
-    left, if anything."""
-    r = subprocess.run(build.root_command(k, ["dpkg", "--purge", "prism-iosched-dkms"], {}),
+def purge_from_root(ks: list[kernels.Kernel]) -> list[str]:
+    """Undo install_in_root(): purge the package in @ks's root (DKMS
+    removes its modules there), drop the copies beside the images; what
+    is left, if anything."""
+    r = subprocess.run(build.root_command(ks[0], ["dpkg", "--purge", "prism-iosched-dkms"], {}),
                        capture_output=True, text=True)
-    left = [] if r.returncode == 0 else [f"dpkg --purge in the {k.root} root failed: "
+    left = [] if r.returncode == 0 else [f"dpkg --purge in the {ks[0].root} root failed: "
                                          f"{r.stderr[-1000:]}"]
-    for ko in installed_kos(k):
-        ko.unlink()
-    subprocess.run(["depmod", "-b", str(kernels.image_dir(k)), k.abi], capture_output=True)
-    root_kos = (kernels.build_root(k) / "lib" / "modules" / k.abi / "updates" / "dkms")
-    left += [str(ko) for ko in root_kos.glob("prism-iosched.ko*")]
+    for k in ks:
+        for ko in installed_kos(k):
+            ko.unlink()
+        subprocess.run(["depmod", "-b", str(kernels.image_dir(k)), k.abi], capture_output=True)
+        root_kos = (kernels.build_root(k) / "lib" / "modules" / k.abi / "updates" / "dkms")
+        left += [str(ko) for ko in root_kos.glob("prism-iosched.ko*")]
     return left
 
 
@@ -192,9 +214,8 @@ def purge_package(pkg: Package) -> list[str]:
     r = subprocess.run(["apt-get", "purge", "-y", "-q", "prism-iosched-dkms"],
                        capture_output=True, text=True, env=APT_ENV)
     left = [] if r.returncode == 0 else [f"apt-get purge failed: {r.stderr[-1000:]}"]
-    left += [str(ko) for k in kernels.host_kernels() for ko in installed_kos(k)]
-    for k in pkg.roots:
-        left += purge_from_root(k)
+    for release in dict.fromkeys(k.root for k in pkg.roots):
+        left += purge_from_root([k for k in pkg.roots if k.root == release])
     if Path(f"/usr/src/prism-iosched-{VERSION}").exists():
         left.append(f"/usr/src/prism-iosched-{VERSION}")
     return left

@@ -1,14 +1,14 @@
 """The module as a real machine gets it: DKMS builds and installs it for
-the host's pinned kernels (private source, build and install trees;
-DKMS keeps its signing key in /var/lib/dkms), from the cached
-linux-source .debs through module/find-block-dir.sh; its version is the
-project's everywhere. And the supported range (module/kernel-range): the
-series the VM suite passes on, in modinfo, refused outside by make and
-skipped by DKMS (without failing `dkms autoinstall`, which a kernel
-package's postinst runs), built anyway with the opt-in."""
+the pinned kernels, in each one's build root (private source, build and
+install trees; DKMS keeps its signing key in the root's /var/lib/dkms),
+from the root's linux-source through module/find-block-dir.sh; its
+version is the project's everywhere. And the supported range
+(module/kernel-range): the series the VM suite passes on, in modinfo,
+refused outside by make and skipped by DKMS (without failing `dkms
+autoinstall`, which a kernel package's postinst runs), built anyway with
+the opt-in."""
 
 import io
-import os
 import shutil
 import subprocess
 import tarfile
@@ -37,12 +37,13 @@ def test_one_version_everywhere():
 
 
 def test_missing_source_names_the_package(tmp_path):
+    """A kernel whose linux-source is in neither /usr/src nor
+    $PRISM_SOURCE_DIR: the package and the command that installs it."""
     k = kernels.get("6.1")
+    fs = dkmstool.fake_system(tmp_path, {k.abi: k.version}, {})
     r = subprocess.run([str(MODULE / "find-block-dir.sh"), k.abi, str(tmp_path / "src")],
                        capture_output=True, text=True,
-                       env=dict(os.environ, PRISM_SOURCE_DIR=str(tmp_path)))
-    if "cannot tell which Debian package" in r.stderr:
-        pytest.skip(f"linux-headers-{k.abi} is not installed")
+                       env=dict(fs.env, PRISM_SOURCE_DIR=str(tmp_path / "debs")))
     assert r.returncode == 1
     assert f"needs linux-source-6.1 version {k.version}" in r.stderr
     assert f"apt-get install linux-source-6.1={k.version}" in r.stderr
@@ -56,19 +57,21 @@ def test_mismatched_source_is_refused(tmp_path):
         kernels.fetch(k)
     for f in build.KBUILD_FILES + build.MODULE_FILES:
         shutil.copy2(MODULE / f, tmp_path / f)
-    r = subprocess.run(["make", "-C", str(old.headers_dir), f"M={tmp_path}",
-                        f"PRISM_BLOCK_DIR={kernels.block_dir(new)}", "modules"],
-                       capture_output=True, text=True)
+    r = subprocess.run(build.root_command(
+        old, ["make", "-C", f"/usr/src/linux-headers-{old.abi}", f"M={build.ROOT_OUT}",
+              f"PRISM_BLOCK_DIR={build.ROOT_SRC}/block", "modules"],
+        {tmp_path: build.ROOT_OUT, kernels.source_dir(new): build.ROOT_SRC}),
+        capture_output=True, text=True)
     assert r.returncode != 0
     release = new.abi.split("+")[0]
     assert f"is from Linux {release} but the kernel is 6.1." in r.stdout + r.stderr
     assert not (tmp_path / "prism-iosched.ko").exists()
 
 
-@pytest.mark.parametrize("series", [k.series for k in kernels.host_kernels()])
+@pytest.mark.parametrize("series", [k.series for k in kernels.vm_tested()])
 def test_dkms_builds_and_installs(tmp_path, series, request):
     """DKMS builds and installs the module into a copy of the kernel's
-    module tree. When this run boots @series, the session's package
+    module tree, in its build root. When this run boots @series, the session's package
     (conftest.py's dkms_package) has DKMS build it into the kernel's own
     tree and the boot loads what it installed
     (test_vm.py::test_vm_autoloads_the_dkms_module checks its path and
@@ -76,8 +79,6 @@ def test_dkms_builds_and_installs(tmp_path, series, request):
     if not request.config.getoption("--no-vm") and series in request.config.prism_kernels:
         pytest.skip(f"the session's package has DKMS build it for {series} and the boot "
                     "loads it (test_deb.py, test_vm_autoloads_the_dkms_module)")
-    if not shutil.which("dkms"):
-        pytest.skip("dkms not installed (apt-get install dkms; scripts/setup.sh does)")
     k = kernels.get(series)
     kernels.fetch(k)
     install = tmp_path / "install" / k.abi
@@ -136,38 +137,35 @@ def test_make_refuses_a_kernel_outside_the_range(tmp_path, monkeypatch, kver):
     assert "outside" not in r.stderr.split("building anyway")[1]
 
 
-def test_dkms_skips_a_kernel_outside_the_range_and_builds_it_when_asked(tmp_path, monkeypatch):
-    """The newest host kernel against a range that ends below it (a copy
+def test_dkms_skips_a_kernel_outside_the_range_and_builds_it_when_asked(tmp_path):
+    """6.12, in its build root, against a range that ends below it (a copy
     of the source whose kernel-range says so): dkms build says why and
     exits 77 (a skip to the package's postinst), `dkms autoinstall` leaves
     the module out and succeeds (bookworm's dkms would fail a kernel's
     postinst on a BUILD_EXCLUSIVE skip there), and with
     PRISM_ANY_KERNEL=yes DKMS builds and installs it. One DKMS build
     (about 20 s)."""
-    if not shutil.which("dkms"):
-        pytest.skip("dkms not installed (apt-get install dkms; scripts/setup.sh does)")
-    _range_env(monkeypatch)
-    older, k = kernels.host_kernels()[0], kernels.host_kernels()[-1]
-    kernels.fetch(k)
-    dkmstool.add(tmp_path, kernel_range=(older.series, older.series))
-    r = dkmstool.dkms(tmp_path, ["build", "-k", k.abi])
+    older, k = kernels.get("6.1"), kernels.get("6.12")
+    # No opt-in from the root's /etc/default/prism-iosched.
+    env = {"PRISM_DEFAULTS": "/nonexistent"}
+    dkmstool.add(tmp_path, k, kernel_range=(older.series, older.series))
+    r = dkmstool.dkms(tmp_path, k, ["build", "-k", k.abi], env)
     assert r.returncode == 77, r.stdout[-2000:] + r.stderr[-2000:]
     said = r.stdout + r.stderr
     assert (f"kernel {k.abi} is Linux {k.series}, outside {older.series} to {older.series}"
             in said)
     assert f"dkms autoinstall -k {k.abi}" in said and "PRISM_ANY_KERNEL=yes" in said
     assert "BUILD_EXCLUSIVE" in said
-    r = dkmstool.dkms(tmp_path, ["autoinstall", "-k", k.abi])
+    r = dkmstool.dkms(tmp_path, k, ["autoinstall", "-k", k.abi], env)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     assert f"dkms autoinstall leaves it out for {k.abi}" in r.stderr
     assert not list((tmp_path / "tree").rglob("prism-iosched.ko*"))
 
-    monkeypatch.setenv("PRISM_ANY_KERNEL", "yes")
     install = tmp_path / "install" / k.abi
     install.mkdir(parents=True)
     for f in k.modules_dir.glob("modules.*"):
         shutil.copy2(f, install / f.name)
-    dkmstool.build_install(tmp_path, k, tmp_path / "install")
+    dkmstool.build_install(tmp_path, k, tmp_path / "install", env | {"PRISM_ANY_KERNEL": "yes"})
     assert list((install / "updates" / "dkms").glob("prism-iosched.ko*"))
 
 

@@ -24,18 +24,17 @@ def test_pins_match_the_supported_kernels():
     k = kernels.get("6.12")
     assert re.fullmatch(r"6\.12\.\d+\+deb12-amd64", k.abi)
     assert re.fullmatch(r"6\.12\.\d+-\d+~deb12u\d+", k.version)
-    assert k.root is None and k.vm_tested
+    assert k.root == "bookworm" and k.vm_tested
     k = kernels.get("6.1")
     assert re.fullmatch(r"6\.1\.0-\d+-amd64", k.abi)
     assert re.fullmatch(r"6\.1\.\d+-\d+", k.version)
-    assert k.root is None and k.vm_tested
+    assert k.root == "bookworm" and k.vm_tested
     # Built in the trixie root; booted by the suite once someone has
     # booted it (vm_tested, the switch).
     k = kernels.get("7.3")
     assert re.fullmatch(r"7\.3\.\d+\+deb13-amd64", k.abi)
     assert re.fullmatch(r"7\.3\.\d+-\d+~bpo13\+\d+", k.version)
     assert k.root == "trixie" and k.release == "trixie"
-    assert [k.series for k in kernels.host_kernels()] == ["6.1", "6.12"]
     # One place only: no other file of the harness spells a pinned version.
     for py in (REPO / "prism").rglob("*.py"):
         if py.name != "kernels.py":
@@ -55,8 +54,15 @@ def test_the_suite_boots_the_vm_tested_pins_by_default(request):
 
 def test_root_kernel_paths_are_outside_the_host(monkeypatch, tmp_path):
     """A build root's kernel is built there and booted from its extracted
-    .deb: nothing of it in /boot, /lib/modules or /usr/src."""
+    .deb: nothing of it in /boot, /lib/modules or /usr/src; every tested
+    kernel is one (the host's own release's too), so fetching never
+    installs a kernel on the host."""
     monkeypatch.setenv("PRISM_ROOTS", str(tmp_path / "roots"))
+    for k in kernels.KERNELS.values():
+        assert k.root, k
+        for path in (k.headers_dir, k.vmlinuz, k.modules_dir):
+            assert path.is_relative_to(tmp_path / "roots"), path
+    assert kernels.build_root(kernels.get("6.1")) == tmp_path / "roots" / "bookworm-root"
     k = kernels.get("7.3")
     assert kernels.build_root(k) == tmp_path / "roots" / "trixie-root"
     assert k.headers_dir == tmp_path / f"roots/trixie-root/usr/src/linux-headers-{k.abi}"
@@ -70,6 +76,63 @@ def test_root_kernel_paths_are_outside_the_host(monkeypatch, tmp_path):
         tmp_path / "roots/apt/trixie/sources.list").read_text()
     # The host's release uses the host's own apt.
     assert kernels.apt_options("bookworm") == []
+
+
+# What setup's kernel step must never write to or run on the host.
+HOST_TREES = ("/boot", "/lib/modules", "/usr/lib/modules", "/usr/src", "/etc")
+
+
+def test_fetching_every_kernel_installs_nothing_on_the_host(monkeypatch, tmp_path):
+    """scripts/setup.sh's kernel step (`prism fetch --kernel all`) from an
+    empty cache, against an archive that offers every pin (no network):
+    every command it runs, apt's, mmdebstrap's and dpkg-deb's, stays in
+    the cache. None installs a package on the host or names a path under
+    /boot, /lib/modules, /usr/src or /etc, so the host's boot, GRUB's
+    default and its module tree stay as they were; each kernel ends up
+    with headers, an image and a module tree in the cache."""
+    monkeypatch.setenv("PRISM_ROOTS", str(tmp_path / "roots"))
+    monkeypatch.setenv("PRISM_CACHE", str(tmp_path / "cache"))
+    pins = list(kernels.KERNELS.values())
+    monkeypatch.setattr(kernels, "_ensure_apt_lists",
+                        lambda pkg, release: [k.version for k in pins])
+    monkeypatch.setattr(kernels.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(kernels.shutil, "which", lambda tool: f"/usr/bin/{tool}")
+    ran: list[list[str]] = []
+
+    def fake(cmd, **kw):
+        ran.append([str(c) for c in cmd])
+        out = ""
+        if cmd[0] == "mmdebstrap":
+            made = Path(next(c for c in cmd if c.endswith(".tmp")))
+            for k in pins:
+                if f"{k.headers_pkg}={k.version}" in " ".join(cmd):
+                    (made / "usr/src" / f"linux-headers-{k.abi}").mkdir(parents=True)
+                    (made / "usr/src" / f"linux-headers-{k.abi}" / "Makefile").touch()
+        elif cmd[:2] == ["apt-get", "download"]:
+            pkg, version = cmd[-1].split("=")
+            (Path(kw["cwd"]) / f"{pkg}_{version}_amd64.deb").write_text("deb")
+        elif cmd[:2] == ["dpkg-deb", "-x"]:
+            abi = Path(cmd[2]).name.split("_")[0].removeprefix("linux-image-")
+            (Path(cmd[3]) / "boot").mkdir(parents=True)
+            (Path(cmd[3]) / "boot" / f"vmlinuz-{abi}").touch()
+            (Path(cmd[3]) / "lib/modules" / abi).mkdir(parents=True)
+        elif cmd[:2] == ["depmod", "-b"]:
+            (Path(cmd[2]) / "lib/modules" / cmd[3] / "modules.dep").touch()
+        return subprocess.CompletedProcess(cmd, 0, out, "")
+    monkeypatch.setattr(kernels, "_run", fake)
+    monkeypatch.setattr(kernels.subprocess, "run", fake)
+    for k in pins:
+        kernels.install_packages(k)
+        assert kernels.installed(k), k
+        for path in (k.headers_dir, k.vmlinuz, k.modules_dir):
+            assert path.is_relative_to(tmp_path), path
+    assert {c[0] for c in ran} == {"mmdebstrap", "apt-get", "dpkg-deb", "depmod"}, ran
+    for cmd in ran:
+        assert cmd[:2] != ["apt-get", "install"] and "-i" not in cmd[:2], cmd
+        for arg in cmd:
+            assert not any(arg == tree or arg.startswith(tree + "/") for tree in HOST_TREES), cmd
+    assert [c for c in ran if c[0] == "mmdebstrap"] and all(
+        "--mode=root" in c for c in ran if c[0] == "mmdebstrap")
 
 
 def test_root_build_runs_in_a_private_mount_namespace(monkeypatch, tmp_path):
@@ -437,8 +500,10 @@ def test_a_vm_that_exits_before_the_guest_starts_is_booted_once_more(monkeypatch
         tmp_path / "kernel-console.txt").read_text()
     assert res.log_problems, "a panic on the kernel console is a problem in the log"
 
-    k = kern.Kernel(series="6.12", abi="x", version="x")
+    k = kern.Kernel(series="6.12", abi="x", version="x", root="bookworm")
     monkeypatch.setattr(kern.Kernel, "vmlinuz", property(lambda self: tmp_path / "vmlinuz"))
+    monkeypatch.setattr(kern.Kernel, "modules_dir", property(lambda self: tmp_path))
+    (tmp_path / "modules.dep").write_text("")
     (tmp_path / "vmlinuz").write_text("")
     monkeypatch.setattr(vm, "require_tools", lambda: None)
     for started, timed_out, boots in [(False, False, 2), (True, False, 1), (False, True, 1)]:

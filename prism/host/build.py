@@ -116,19 +116,17 @@ def _kbuild(k: kernels.Kernel, out: Path, extra: list[str], what: str) -> None:
 
 
 def _compiler(k: kernels.Kernel) -> str:
-    """What compiles for @k: the host's gcc, or the build root's packages
-    (its stamp: the pins' headers and the tools, and gcc-14's version; a
-    build-only root's stamp: its tools, and its compilers' versions)."""
-    if k.build_only:
-        root = kernels.build_root(k)
-        gcc = subprocess.run(["dpkg-query", f"--admindir={root / 'var/lib/dpkg'}", "-W",
-                              "gcc-[0-9]*"], capture_output=True, text=True).stdout
-        return (root / ".prism-root").read_text() + gcc
+    """What compiles for @k: the build root's packages (a tested root's:
+    the pins' headers and the tools; a build-only root's stamp: its tools)
+    and its compilers' versions; for the debug kernel, built on the host,
+    the host's gcc."""
     if k.root:
         root = kernels.build_root(k)
         gcc = subprocess.run(["dpkg-query", f"--admindir={root / 'var/lib/dpkg'}", "-W",
-                              "gcc-14"], capture_output=True, text=True).stdout
-        return " ".join(kernels.root_packages(k.root)) + "\n" + gcc
+                              "gcc-[0-9]*"], capture_output=True, text=True).stdout
+        stamp = ((root / ".prism-root").read_text() if k.build_only
+                 else " ".join(kernels.root_packages(k.root)) + "\n")
+        return stamp + gcc
     return subprocess.run(["gcc", "--version"], capture_output=True, text=True).stdout
 
 

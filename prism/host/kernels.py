@@ -10,27 +10,27 @@ and the build-only set (BUILD_ONLY), kernels people run that prism must
 build for without a warning but that are never booted (other flavours,
 other releases' builds of a series). Beside them, in no set, the debug
 kernel (DEBUG): a pin's own source built by prism with lockdep, KASAN and
-kmemleak (debugkernel.py), booted only when named. Four kinds, told by
-Kernel.root, Kernel.build_only and Kernel.debug:
-- the host's own Debian release (bookworm): image and headers installed
-  with the host's apt into /boot, /lib/modules and /usr/src, as on a real
-  machine;
-- a newer release's kernel (root="trixie"), whose kbuild tools need a
-  newer glibc and gcc than the host has: the headers and linux-source are
-  installed into a build root made with mmdebstrap (build_root()), the
-  module is built there (build.py), and the image with its /lib/modules
-  tree is extracted from the .deb with dpkg-deb -x (image_dir()), which
-  QEMU boots with the host's userspace. The build roots, the extracted
-  images and a private apt setup for the other release (its own sources
-  list and lists directory; the host's /etc/apt is never touched) live in
-  roots_dir(), shared by every PRISM_CACHE;
+kmemleak (debugkernel.py), booted only when named. Three kinds, told by
+Kernel.build_only and Kernel.debug:
+- a tested kernel, of the host's own Debian release (6.1 and 6.12 from
+  bookworm) or a newer one (7.3 from trixie, whose kbuild tools need a
+  newer glibc and gcc than the host has): its headers and linux-source
+  are installed into a build root of its release (Kernel.root) made with
+  mmdebstrap (build_root()), the module is built there (build.py), and
+  the image with its /lib/modules tree is extracted from the .deb with
+  dpkg-deb -x (image_dir()), which QEMU boots with the host's userspace.
+  Nothing is installed on the host itself: its /boot, GRUB and
+  /lib/modules stay as they were. The build roots, the extracted images
+  and a private apt setup for a release other than the host's (its own
+  sources list and lists directory; the host's /etc/apt is never
+  touched) live in roots_dir(), shared by every PRISM_CACHE;
 - a build-only kernel (build_only=True), of any release: its headers are
   extracted with dpkg-deb into a build root of its release of their own
   (build_only_root(): the compiler and tools the headers ask for,
   installed with mmdebstrap), never installed with apt, as 6.12's depend
   on their image (100 MB, and initramfs-tools, which would build an
   initramfs in the root); no image is fetched, and its linux-source .deb
-  is downloaded into the cache like a host kernel's;
+  is downloaded into the cache;
 - the debug kernel (debug=True): the whole linux-source tree of a pin
   extracted and built on the host (`prism kernels debug-build`), which
   is then both its headers and its block/, and its image and modules
@@ -51,7 +51,8 @@ from pathlib import Path
 
 from ..common.errors import PrismError, UsageError
 
-# The host's Debian release: kernels with root=None come from its apt.
+# The host's Debian release: its apt lists (the host's own) say what
+# bookworm offers; nothing is installed from them but the tools.
 HOST_RELEASE = "bookworm"
 
 
@@ -60,8 +61,8 @@ class Kernel:
     series: str   # "6.12": the Linux series (linux-source-SERIES)
     abi: str      # "6.12.117+deb12-amd64": uname -r, package name suffix
     version: str  # Debian package version, same for image, headers, source
-    # The Debian release whose build root builds it (None: the host's own
-    # apt installs it; see the module's docstring).
+    # The Debian release whose build root builds it (None: the debug
+    # kernel, built on the host; see the module's docstring).
     root: str | None = None
     # THE switch of the VM suite: whether the test suite boots this kernel
     # by default (tests/conftest.py's --kernels; CI runs that default).
@@ -92,12 +93,6 @@ class Kernel:
             object.__setattr__(self, "vm_tested", False)
 
     @property
-    def own_image(self) -> bool:
-        """Booted from image_dir() (an extracted .deb, or the debug
-        kernel's install), not from the host's /boot and /lib/modules."""
-        return bool(self.root) or self.debug
-
-    @property
     def release(self) -> str:
         """The Debian release the pin comes from (what the updater reads)."""
         return self.root or HOST_RELEASE
@@ -116,37 +111,30 @@ class Kernel:
 
     @property
     def vmlinuz(self) -> Path:
-        if self.own_image:
-            return image_dir(self) / "boot" / f"vmlinuz-{self.abi}"
-        return Path("/boot") / f"vmlinuz-{self.abi}"
+        """Booted from image_dir() (an extracted .deb, or the debug
+        kernel's install), never from the host's /boot."""
+        return image_dir(self) / "boot" / f"vmlinuz-{self.abi}"
 
     @property
     def headers_dir(self) -> Path:
-        """The headers as the host sees them (in the build root for a
-        root or build-only kernel; build.py runs make on them inside it;
-        the debug kernel's built tree)."""
+        """The headers as the host sees them (in the build root, where
+        build.py runs make on them; the debug kernel's built tree)."""
         if self.debug:
             return debug_tree(self)
-        if self.build_only:
-            return build_only_root(self) / "usr" / "src" / f"linux-headers-{self.abi}"
-        if self.root:
-            return build_root(self) / "usr" / "src" / f"linux-headers-{self.abi}"
-        return Path("/usr/src") / f"linux-headers-{self.abi}"
+        return build_root(self) / "usr" / "src" / f"linux-headers-{self.abi}"
 
     @property
     def modules_dir(self) -> Path:
-        """/lib/modules/ABI, or the one extracted beside the image (where
-        vng finds it from the image's path and links it into the guest)."""
-        if self.own_image:
-            return image_dir(self) / "lib" / "modules" / self.abi
-        return Path("/lib/modules") / self.abi
+        """The module tree extracted beside the image (where vng finds it
+        from the image's path and links it into the guest)."""
+        return image_dir(self) / "lib" / "modules" / self.abi
 
 
 # The pins: the tested set. Change a kernel here and nowhere else
 # (`prism kernels update` rewrites these lines).
 KERNELS = {
-    "6.1": Kernel("6.1", "6.1.0-57-amd64", "6.1.192-3"),
-    "6.12": Kernel("6.12", "6.12.118+deb12-amd64", "6.12.118-1~deb12u1"),
+    "6.1": Kernel("6.1", "6.1.0-57-amd64", "6.1.192-3", root="bookworm"),
+    "6.12": Kernel("6.12", "6.12.118+deb12-amd64", "6.12.118-1~deb12u1", root="bookworm"),
     "7.3": Kernel("7.3", "7.3.4+deb13-amd64", "7.3.4-1~bpo13+1", root="trixie"),
 }
 
@@ -197,11 +185,6 @@ DEBUG_BUILDER = "prism kernels debug-build"
 def vm_tested() -> list[Kernel]:
     """The kernels the test suite boots by default (Kernel.vm_tested)."""
     return [KERNELS[s] for s in sorted(KERNELS, key=series_key) if KERNELS[s].vm_tested]
-
-
-def host_kernels() -> list[Kernel]:
-    """The pins the host's apt installs (DKMS on the host builds for these)."""
-    return [KERNELS[s] for s in sorted(KERNELS, key=series_key) if not KERNELS[s].root]
 
 
 def series_key(series: str) -> tuple[int, ...]:
@@ -464,48 +447,32 @@ def installed(k: Kernel) -> bool:
         return debug_ready(k)
     if k.build_only:
         return build_only_ready(k)
-    if k.root:
-        return root_ready(k) and image_ready(k)
-    return (k.vmlinuz.exists() and (k.headers_dir / "Makefile").exists()
-            and k.modules_dir.exists())
+    return root_ready(k) and image_ready(k)
 
 
 def install_packages(k: Kernel) -> None:
-    """Install the image and headers with apt (they land in /boot,
-    /lib/modules and /usr/src, where a real machine has them too)."""
+    """Make @k buildable and bootable: its build root (with its headers
+    and linux-source) and its extracted image; for a build-only kernel
+    its headers in the build-only root; the debug kernel must be built."""
     if k.debug:
         require_debug(k)
         return
     if k.build_only:
         ensure_build_only(k)
         return
-    if k.root:
-        ensure_root(k)
-        fetch_image(k)
-        return
-    if installed(k):
-        return
-    if os.geteuid() != 0:
-        raise PrismError(f"{k.image_pkg} is not installed and installing it "
-                         "needs root (apt-get install)")
-    for pkg in (k.image_pkg, k.headers_pkg):
-        check_offered(k, pkg)
-    log(f"installing {k.image_pkg} and {k.headers_pkg} {k.version} with apt")
-    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-    r = subprocess.run(["apt-get", "install", "-y", "-q", "--no-install-recommends",
-                        f"{k.image_pkg}={k.version}", f"{k.headers_pkg}={k.version}"],
-                       text=True, capture_output=True, env=env)
-    if r.returncode or not installed(k):
-        raise PrismError(f"apt-get install of kernel {k.abi} failed: "
-                         + (r.stderr or r.stdout).strip()[-800:])
+    ensure_root(k)
+    fetch_image(k)
 
 
-# A build root per Debian release: minbase, the compiler and make, dkms,
-# and the headers and linux-source of every pin of that release
-# (installed, so that the package's DKMS build in the root finds
-# /usr/src/linux-source-X.Y.tar.xz as on a machine of that release:
-# tests/dkmstool.py's install_in_root()).
-ROOT_TOOLS = ("gcc-14", "make", "xz-utils", "kmod", "dkms")
+# A build root per Debian release: minbase, make, dkms and the rest of
+# prism-iosched-dkms's dependencies (packaging/debian/control: the tests
+# install the package there with dpkg -i, tests/dkmstool.py's
+# install_in_root()), and the headers and linux-source of every pin of
+# that release (installed, so that the package's DKMS build in the root
+# finds /usr/src/linux-source-X.Y.tar.xz as on a machine of that
+# release). The headers bring the compiler they were built with (gcc-12
+# in bookworm, gcc-14 in trixie).
+ROOT_TOOLS = ("make", "xz-utils", "bzip2", "python3", "kmod", "dkms")
 _ROOT_STAMP = ".prism-root"
 
 
@@ -559,6 +526,14 @@ def ensure_root(k: Kernel) -> Path:
 STALE_RELEASE_OK = ("sid",)
 
 
+# A headers package that depends on its image (bookworm's 6.12) brings
+# the image into the root, whose postinst would build an initramfs there
+# (40 MB, half a minute) through initramfs-tools' kernel hook: the root
+# gets no such hook, and with no initramfs, initramfs-tools' own trigger
+# has nothing to update. Nothing boots from a build root.
+NO_INITRAMFS = "/etc/kernel/postinst.d/initramfs-tools"
+
+
 def _mmdebstrap(root: Path, release: str, pkgs: list[str], check: Path) -> None:
     """Make @root, a minbase @release with @pkgs, in which @check must
     exist; stamped with @pkgs (root_ready())."""
@@ -568,7 +543,8 @@ def _mmdebstrap(root: Path, release: str, pkgs: list[str], check: Path) -> None:
     stale = (['--aptopt=Acquire::Check-Valid-Until "false"']
              if release in STALE_RELEASE_OK else [])
     r = _run(["mmdebstrap", "--variant=minbase", "--mode=root", "-q"] + stale
-             + ["--include=" + ",".join(pkgs), release, str(tmp)] + sources_lines(release))
+             + [f"--dpkgopt=path-exclude={NO_INITRAMFS}",
+                "--include=" + ",".join(pkgs), release, str(tmp)] + sources_lines(release))
     if r.returncode or not (tmp / check).exists():
         _remove_tree(tmp)
         raise PrismError(f"mmdebstrap of the {release} build root failed: "

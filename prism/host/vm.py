@@ -367,7 +367,7 @@ def run(k: kernels.Kernel, command: str, *, ko: Path | None = None,
     require_tools()
     if not k.vmlinuz.exists():
         raise PrismError(f"{k.vmlinuz} missing: run '{kernels.fetch_command(k)}'")
-    if k.own_image and not (k.modules_dir / "modules.dep").exists():
+    if not (k.modules_dir / "modules.dep").exists():
         raise PrismError(f"{k.modules_dir} (installed beside the image) incomplete: "
                          f"run '{kernels.fetch_command(k)}'")
     rundir = rundir or new_rundir()
