@@ -2,7 +2,9 @@
 # Install everything prism needs on a fresh Debian 12 machine (as root):
 # QEMU and virtme-ng to boot test kernels, fio, the toolchain bits Kbuild
 # uses, mmdebstrap, the packaging tools, PostgreSQL's binaries (no
-# cluster), and this Python package; then the pinned kernels, each in a
+# cluster), and this Python package in a virtual environment in the cache
+# (scripts/venv.sh; `prism` in /usr/local/bin runs it, the system's
+# python3 is left as it is); then the pinned kernels, each in a
 # build root of its Debian release made with mmdebstrap (headers and
 # linux-source installed there) with its image extracted from the .deb,
 # all in ~/.cache/prism-7x ($PRISM_ROOTS), outside the repository and
@@ -20,9 +22,9 @@ if [ "$(id -u)" != 0 ]; then
 fi
 
 export DEBIAN_FRONTEND=noninteractive
-# python3 (3.11 on Debian 12) and pip for a minimal install; the rest for
-# the VMs, the module build and packaging, and the workloads.
-APT_PACKAGES=(python3 python3-pip qemu-system-x86 kmod udev fio gcc make perl xz-utils pahole dkms
+# python3 (3.11 on Debian 12) and its venv module for the package; the
+# rest for the VMs, the module build and packaging, and the workloads.
+APT_PACKAGES=(python3 python3-venv qemu-system-x86 kmod udev fio gcc make perl xz-utils pahole dkms
 	mmdebstrap
 	dpkg-dev debhelper dh-dkms lintian
 	busybox-static e2fsprogs util-linux procps gawk xfsprogs postgresql-15)
@@ -45,10 +47,23 @@ if [ "${#missing[@]}" -gt 0 ]; then
 	apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
 
-echo "setup: installing the prism Python package (editable, from this checkout)"
-# Debian's own python3 refuses pip installs (PEP 668) unless told otherwise.
-python3 -m pip install -q --root-user-action=ignore -e ".[test]" ||
-	python3 -m pip install -q --root-user-action=ignore --break-system-packages -e ".[test]"
+. scripts/venv.sh
+if [ ! -x "$PRISM_VENV/bin/python" ]; then
+	echo "setup: making the virtual environment $PRISM_VENV"
+	python3 -m venv "$PRISM_VENV"
+fi
+echo "setup: installing the prism Python package into $PRISM_VENV (editable, from this checkout)"
+"$PRISM_VENV/bin/python" -m pip install -q -e ".[test]"
+# prism on PATH: the environment's bin first, where its vng is.
+link=/usr/local/bin/prism
+if [ -e "$link" ] && ! grep -q "^# prism-venv-wrapper" "$link" 2>/dev/null; then
+	echo "setup: $link exists and is not setup's: leaving it; run $PRISM_VENV/bin/prism" >&2
+else
+	printf '#!/bin/sh\n# prism-venv-wrapper, written by scripts/setup.sh\nPATH="%s/bin:$PATH" exec "%s/bin/prism" "$@"\n' \
+		"$PRISM_VENV" "$PRISM_VENV" >"$link"
+	chmod 755 "$link"
+	echo "setup: $link runs prism from $PRISM_VENV"
+fi
 
 echo "setup: fetching the pinned kernels"
-python3 -m prism.cli fetch --kernel all
+PATH="$PRISM_VENV/bin:$PATH" "$PRISM_VENV/bin/prism" fetch --kernel all
