@@ -40,13 +40,9 @@ def _series(text: str, option: str) -> list[str]:
     return series
 
 
-def _key(series: str) -> tuple[int, ...]:
-    return tuple(int(x) for x in series.split("."))
-
-
 def newest(series: list[str]) -> str:
     """The newest series by version number (6.12 after 6.1)."""
-    return max(series, key=_key)
+    return max(series, key=kernels.series_key)
 
 
 def ends(series: list[str]) -> list[str]:
@@ -56,7 +52,7 @@ def ends(series: list[str]) -> list[str]:
     them still runs the main suite's lifecycle checks (switching, hot
     removal, freezes, shared tags); its blktests boot is about two
     minutes of CI that test nothing the ends do not."""
-    return list(dict.fromkeys([min(series, key=_key), newest(series)]))
+    return list(dict.fromkeys([min(series, key=kernels.series_key), newest(series)]))
 
 
 def pytest_configure(config):

@@ -2,8 +2,8 @@
 source tree, DKMS's own tree private too, run in the build root of the
 kernel it builds for (whose headers and linux-source are installed
 there, as on a machine of its release: kernels.py), so that nothing of
-it reaches the host. Only the install step may reach the kernel's module
-tree (the root's), when no install tree is given. And the Debian package
+it reaches the host; it installs into a copy of the kernel's module tree
+under the test's directory. And the Debian package
 as a machine gets it, installed once a session (install_package(),
 conftest.py's dkms_package fixture)."""
 
@@ -31,8 +31,8 @@ def inside(tmp: Path, path: Path) -> str:
 def dkms(tmp: Path, k: kernels.Kernel, step: list[str],
          env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     """Run `dkms STEP...` on prism-iosched in @tmp's private trees, in
-    @k's build root, with @env (the root's environment is otherwise clean)."""
-    kernels.fetch(k)
+    @k's build root (add() makes it), with @env (the root's environment
+    is otherwise clean)."""
     cmd = (["env"] + [f"{key}={val}" for key, val in (env or {}).items()]
            + ["dkms", step[0], "-m", "prism-iosched", "-v", VERSION] + step[1:]
            + ["--sourcetree", inside(tmp, tmp / "src"),
@@ -44,6 +44,7 @@ def dkms(tmp: Path, k: kernels.Kernel, step: list[str],
 def add(tmp: Path, k: kernels.Kernel, kernel_range: tuple[str, str] | None = None) -> None:
     """Copy the source into @tmp and dkms add it (in @k's root); @kernel_range:
     the (oldest, newest) series its kernel-range names instead of the real ones."""
+    kernels.fetch(k)
     src = tmp / "src" / f"prism-iosched-{VERSION}"
     shutil.copytree(MODULE, src, ignore=shutil.ignore_patterns("*.o", "*.ko", ".*"))
     if kernel_range:
@@ -72,8 +73,21 @@ def add_build_install(tmp: Path, k: kernels.Kernel, installtree: Path) -> None:
 
 
 def installed_kos(k: kernels.Kernel) -> list[Path]:
-    """prism-iosched as DKMS installs it in @k's own module tree."""
+    """prism-iosched as install_in_root() copies it into the module tree
+    beside @k's image."""
     return list((k.modules_dir / "updates" / "dkms").glob("prism-iosched.ko*"))
+
+
+def root_kos(k: kernels.Kernel) -> list[Path]:
+    """prism-iosched as DKMS installs it for @k in @k's build root."""
+    return list((kernels.build_root(k) / "lib" / "modules" / k.abi / "updates" / "dkms")
+                .glob("prism-iosched.ko*"))
+
+
+def by_root(ks: list[kernels.Kernel]) -> list[list[kernels.Kernel]]:
+    """@ks grouped by build root (one package install per root), in order."""
+    return [[k for k in ks if k.root == release]
+            for release in dict.fromkeys(k.root for k in ks)]
 
 
 def package_installed() -> bool:
@@ -134,8 +148,7 @@ def install_package(out: Path, root_kernels: list[kernels.Kernel] = ()) -> Packa
     if pkg.install.returncode != 0:
         pkg.why_not = "apt-get install failed (tests/test_deb.py shows why)"
         return pkg
-    for release in dict.fromkeys(k.root for k in root_kernels):
-        ks = [k for k in root_kernels if k.root == release]
+    for ks in by_root(root_kernels):
         pkg.dkms.update(install_in_root(ks, pkg.deb))
         pkg.roots += ks
     return pkg
@@ -174,8 +187,7 @@ def install_in_root(ks: list[kernels.Kernel], deb: Path) -> dict[str, subprocess
 def _copy_out(k: kernels.Kernel, r: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
     """What DKMS installed for @k in its root, copied beside its image and
     depmod run there; @r with what that printed, or failed."""
-    kos = list((kernels.build_root(k) / "lib" / "modules" / k.abi / "updates" / "dkms")
-               .glob("prism-iosched.ko*"))
+    kos = root_kos(k)
     if not kos:
         return subprocess.CompletedProcess(r.args, 1, r.stdout,
                                            r.stderr + "\nDKMS installed no prism-iosched.ko")
@@ -201,8 +213,7 @@ def purge_from_root(ks: list[kernels.Kernel]) -> list[str]:
         for ko in installed_kos(k):
             ko.unlink()
         subprocess.run(["depmod", "-b", str(kernels.image_dir(k)), k.abi], capture_output=True)
-        root_kos = (kernels.build_root(k) / "lib" / "modules" / k.abi / "updates" / "dkms")
-        left += [str(ko) for ko in root_kos.glob("prism-iosched.ko*")]
+        left += [str(ko) for ko in root_kos(k)]
     return left
 
 
@@ -214,8 +225,8 @@ def purge_package(pkg: Package) -> list[str]:
     r = subprocess.run(["apt-get", "purge", "-y", "-q", "prism-iosched-dkms"],
                        capture_output=True, text=True, env=APT_ENV)
     left = [] if r.returncode == 0 else [f"apt-get purge failed: {r.stderr[-1000:]}"]
-    for release in dict.fromkeys(k.root for k in pkg.roots):
-        left += purge_from_root([k for k in pkg.roots if k.root == release])
+    for ks in by_root(pkg.roots):
+        left += purge_from_root(ks)
     if Path(f"/usr/src/prism-iosched-{VERSION}").exists():
         left.append(f"/usr/src/prism-iosched-{VERSION}")
     return left
