@@ -397,9 +397,17 @@ def run(k: kernels.Kernel, command: str, *, ko: Path | None = None,
     # --verbose sends the kernel console to vng's stderr (kept apart from
     # the guest's output by _boot); loglevel=5 keeps it to warnings and
     # worse, so a panic that powers the guest off still leaves its trace.
+    # tsc=reliable: under a loaded host TCG's TSC drifts against its HPET,
+    # and the clocksource watchdog then marks the TSC unstable mid-run.
+    # That flips sched_clock's static key, and QEMU's multi-threaded TCG
+    # can run a stale int3 of the patch on the other vCPU: an oops in
+    # sched_clock_cpu (CI, 7.3, at 476 s; 4 of 69 boots saw the marking).
+    # It would also move the guest's clock to the HPET, which halves what
+    # a CPU-bound run measures. The same patch once at boot (late init) is
+    # covered by the retry below: the guest had not started.
     cmd = ["vng", "--run", str(k.vmlinuz), "--force-9p", "--cpus", str(cpus),
            "--memory", memory, f"--rwdir={rundir}", "--verbose", "--append=loglevel=5",
-           "--exec", str(script)]
+           "--append=tsc=reliable", "--exec", str(script)]
     if accel == "auto":
         accel = "kvm" if kvm_works(k) else "tcg"
     if accel == "kvm":
