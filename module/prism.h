@@ -735,18 +735,19 @@ static inline u32 prism_flow_key(u32 id, enum prism_tier tier, u32 group)
  * holds about 1,000 s). A lockless hint: the kill comes before that run.
  *
  * Not a runtime suspend attempt (blk_pre_runtime_suspend(), status
- * RPM_SUSPENDING, read locklessly as blk_pm_resume_queue() does): it
- * kills the counter and runs the queue too, but only to see whether the
- * counter is zero, and while prism owns a request it is not, so the
- * attempt fails and the queue goes on. Draining for it would pass every
+ * RPM_SUSPENDING): it kills the counter and runs the queue too, but
+ * only to see whether the counter is zero, and while prism owns a
+ * request it is not, so the attempt fails and the queue goes on. Draining for it would pass every
  * hold and cap on each autosuspend attempt of a disk with runtime PM. A
  * real freeze that overlaps an attempt finds what a hold kept back let
  * go at the next dispatch after it, at most PRISM_PARK_MAX later.
  */
 static inline bool prism_draining(struct request_queue *q)
 {
-	return percpu_ref_is_dying(&q->q_usage_counter) &&
-	       queue_rpm_status(q) != RPM_SUSPENDING;
+	if (!percpu_ref_is_dying(&q->q_usage_counter))
+		return false;
+	/* Written under queue_lock, read locklessly as blk_pm_resume_queue(). */
+	return data_race(queue_rpm_status(q)) != RPM_SUSPENDING;
 }
 
 /* The private slot holding flow @key, or NULL. Lockless. */
